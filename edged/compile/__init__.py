@@ -1,0 +1,1 @@
+"""The artifact pipeline: turn one trained ONNX model into a ladder of variants."""
