@@ -101,10 +101,7 @@ class Table:
         # TOML ints are acceptable where floats are expected; bools are not ints here.
         if float in exp and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if isinstance(value, bool) and bool not in exp:
-            ok = False
-        else:
-            ok = isinstance(value, exp)
+        ok = False if isinstance(value, bool) and bool not in exp else isinstance(value, exp)
         if not ok:
             self.problem(key, f"expected {_describe(expected)}, got {value!r}")
             return None if default is REQUIRED else default
@@ -133,7 +130,7 @@ class Table:
     def get_path(self, key: str, default: Any = REQUIRED, must_exist: bool = False) -> Path | None:
         """A filesystem path, relative to the config file's folder."""
         value = self.get(key, str, default)
-        if value is None or value is default and not isinstance(value, str):
+        if not isinstance(value, str):
             return value
         p = Path(value).expanduser()
         if not p.is_absolute():

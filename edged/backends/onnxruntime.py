@@ -1,0 +1,161 @@
+"""ONNX Runtime backend: one InferenceSession per loaded variant.
+
+Why these defaults: a daemon on a battery-powered device must not burn idle CPU, so
+intra-op spinning is off unless asked for; execution providers are tried in the
+configured order and we log (and report) the one that *actually* runs, because ORT
+silently falls back to CPU when a GPU provider is unavailable.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edged.backends.base import Backend, BackendInfo, BackendOptions, TensorSpec, require_file
+from edged.errors import ArtifactError
+from edged.schema import Table, non_negative
+
+log = logging.getLogger("edged.backends.onnxruntime")
+
+PROVIDERS = {
+    "tensorrt": "TensorrtExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+}
+OPT_LEVELS = ("disable", "basic", "extended", "layout", "all")
+
+# ONNX tensor element type strings (as ORT reports them) -> numpy
+_ORT_TYPES = {
+    "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+    "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(uint16)": np.uint16,
+    "tensor(int16)": np.int16, "tensor(int32)": np.int32, "tensor(uint32)": np.uint32,
+    "tensor(int64)": np.int64, "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
+}
+
+
+@dataclass(frozen=True)
+class Options(BackendOptions):
+    """``[models.variants.options]`` for backend = "onnxruntime"."""
+
+    threads: int = 0  # intra-op threads; 0 = ORT's default (one per physical core)
+    inter_op_threads: int = 1
+    graph_optimization_level: str = "all"
+    optimized_model_path: Path | None = None  # cache of the optimized graph (.onnx or .ort)
+    providers: tuple[str, ...] = ("cpu",)  # tried in order; "auto" = tensorrt, cuda, cpu
+    allow_spinning: bool = False
+    provider_options: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_table(cls, t: Table) -> Options:
+        providers = t.get_list("providers", str, ["cpu"]) or ["cpu"]
+        if providers == ["auto"]:
+            providers = ["tensorrt", "cuda", "cpu"]
+        for i, p in enumerate(providers):
+            if p not in PROVIDERS:
+                t.problem(f"providers[{i}]",
+                          f"unknown provider {p!r}; known: {', '.join(PROVIDERS)} or ['auto']")
+        po_t = t.table("provider_options")
+        po: dict[str, dict[str, str]] = {}
+        for key in list(po_t.data):
+            sub = po_t.table(key)
+            if key not in PROVIDERS:
+                po_t.problem(key, f"unknown provider; known: {', '.join(PROVIDERS)}")
+                continue
+            po[key] = {k: str(v).lower() if isinstance(v, bool) else str(v)
+                       for k, v in sub.data.items()}
+        opts = cls(
+            threads=t.get("threads", int, 0, check=non_negative),
+            inter_op_threads=t.get("inter_op_threads", int, 1, check=non_negative),
+            graph_optimization_level=t.get("graph_optimization_level", str, "all",
+                                           choices=OPT_LEVELS),
+            optimized_model_path=t.get_path("optimized_model_path", None),
+            providers=tuple(p for p in providers if p in PROVIDERS) or ("cpu",),
+            allow_spinning=t.get("allow_spinning", bool, False),
+            provider_options=po,
+        )
+        t.done()
+        return opts
+
+
+def _spec(arg: Any) -> TensorSpec:
+    dtype = _ORT_TYPES.get(arg.type)
+    if dtype is None:
+        raise ArtifactError(f"unsupported tensor type {arg.type} for {arg.name!r}")
+    shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape)
+    return TensorSpec(arg.name, np.dtype(dtype), shape)
+
+
+class OnnxRuntimeBackend(Backend):
+    kind = "onnxruntime"
+
+    def __init__(self, path: Path, options: Options) -> None:
+        import onnxruntime as ort
+
+        require_file(path, "ONNX model")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "layout": getattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT",
+                              ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[options.graph_optimization_level]
+        so.intra_op_num_threads = options.threads
+        so.inter_op_num_threads = options.inter_op_threads
+        so.log_severity_level = 3
+        spin = "1" if options.allow_spinning else "0"
+        so.add_session_config_entry("session.intra_op.allow_spinning", spin)
+        so.add_session_config_entry("session.inter_op.allow_spinning", spin)
+        if options.optimized_model_path is not None:
+            so.optimized_model_filepath = str(options.optimized_model_path)
+
+        available = set(ort.get_available_providers())
+        wanted = [PROVIDERS[p] for p in options.providers]
+        chosen: list[Any] = []
+        for p in wanted:
+            if p not in available:
+                log.info("provider %s not available in this onnxruntime build; skipping", p)
+                continue
+            short = next(k for k, v in PROVIDERS.items() if v == p)
+            opts = options.provider_options.get(short)
+            chosen.append((p, opts) if opts else p)
+        if not chosen:
+            chosen = ["CPUExecutionProvider"]
+        try:
+            self.session = ort.InferenceSession(str(path), sess_options=so, providers=chosen)
+        except Exception as e:  # ORT raises its own Fail/InvalidGraph/... types
+            raise ArtifactError(f"onnxruntime cannot load {path}: {_short(e)}") from None
+        actual = self.session.get_providers()
+        self.inputs = [_spec(a) for a in self.session.get_inputs()]
+        self.outputs = [_spec(a) for a in self.session.get_outputs()]
+        self._output_names = [o.name for o in self.outputs]
+        self.batch_sizes = None
+        self.info = BackendInfo(
+            backend=self.kind,
+            device=actual[0],
+            details={"providers": actual, "onnxruntime": ort.__version__,
+                     "threads": options.threads},
+        )
+        if wanted[0] != actual[0]:
+            log.warning("asked for %s but %s runs %s", wanted[0], path.name, actual[0])
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outs = self.session.run(self._output_names, feeds)
+        return dict(zip(self._output_names, outs, strict=True))
+
+    def close(self) -> None:
+        self.session = None  # type: ignore[assignment]
+
+
+def _short(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[-1] if text else type(e).__name__
+
+
+def open_backend(path: Path, options: Options, max_batch_size: int) -> OnnxRuntimeBackend:
+    return OnnxRuntimeBackend(path, options)

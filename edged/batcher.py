@@ -1,0 +1,330 @@
+"""Per-model dynamic batching with bounded queues, deadlines, priorities and streams.
+
+How batches form (DESIGN.md "Batching"): a lone request on an idle model runs at
+once; while the backend computes, new requests accumulate and the next batch takes
+as many compatible rows as fit (``max_batch_size``, possibly capped by the governor),
+plus at most ``max_delay_ms`` of deliberate waiting when configured. So latency at
+low load is that of one inference and throughput at high load that of full batches.
+
+Everything here runs on the event loop thread except ``compute``, which runs on the
+model's single worker thread (one batch at a time per model: the runtime already
+uses every core, and a second concurrent batch would only add contention).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edged.errors import (
+    DeadlineExceeded,
+    Dropped,
+    EdgedError,
+    ResourceExhausted,
+    Unavailable,
+)
+
+log = logging.getLogger("edged.batcher")
+
+
+@dataclass
+class Result:
+    variant: str
+    outputs: list[tuple[str, np.ndarray]]
+    queue_s: float
+    compute_s: float
+    batch: int
+
+
+Respond = Callable[["Pending", "Result | EdgedError"], None]
+
+
+@dataclass(eq=False)
+class Pending:
+    """One accepted request waiting for (or in) a batch."""
+
+    feeds: dict[str, np.ndarray]  # model input name -> array with leading batch dim `rows`
+    rows: int
+    key: tuple[Any, ...]  # requests batch together only when keys are equal
+    respond: Respond
+    priority: int = 1
+    stream: str | None = None
+    deadline: float | None = None  # time.monotonic() seconds
+    outputs: list[str] | None = None
+    arrival: float = field(default_factory=time.monotonic)
+    done: bool = False
+    queued: bool = False
+    timer: asyncio.TimerHandle | None = None
+
+
+class Limits:
+    """What the governor currently allows for this model (mutable, read per batch)."""
+
+    def __init__(self) -> None:
+        self.max_batch_size: int | None = None
+        self.max_rate_hz: float | None = None
+        self.shed_priority_above: int | None = None
+        self.reason: str = ""
+
+
+Compute = Callable[[list[Pending]], tuple[str, list[list[tuple[str, np.ndarray]]], float]]
+
+
+class Batcher:
+    """Queue + worker coroutine for one model.
+
+    ``compute(batch) -> (variant_name, outputs_per_request, compute_seconds)`` is called
+    on ``executor``; it raises EdgedError (or anything) to fail just that batch.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        max_batch_size: int,
+        max_queue: int,
+        max_delay_ms: float,
+        compute: Compute,
+        executor: Executor,
+        on_batch: Callable[[str, int, float, list[Pending]], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.max_batch_size = max_batch_size
+        self.max_queue = max_queue
+        self.max_delay_s = max_delay_ms / 1000.0
+        self.compute = compute
+        self.executor = executor
+        self.on_batch = on_batch
+        self.limits = Limits()
+        self.depth = 0
+        self._queues: dict[int, deque[Pending]] = {}
+        self._streams: dict[str, Pending] = {}
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._accepting = True
+        self._paused = False
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._next_slot = 0.0
+        self._ewma_compute_s: float | None = None
+        self.busy = False  # a batch is computing
+        self.last_progress = time.monotonic()  # watchdog: when the worker last moved
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._worker(), name=f"batcher-{self.model}")
+
+    async def drain(self, timeout: float) -> None:
+        """Stop accepting; let queued requests finish until ``timeout``; fail the rest."""
+        self._accepting = False
+        end = time.monotonic() + timeout
+        while (self.depth or self.busy) and time.monotonic() < end:
+            await asyncio.sleep(0.01)
+        self.fail_all(Unavailable(f"model {self.model!r} is shutting down"))
+
+    async def stop(self) -> None:
+        self._accepting = False
+        self.fail_all(Unavailable(f"model {self.model!r} is shutting down"))
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def pause(self) -> None:
+        """Hold batches (requests keep queueing) while a drain-then-swap runs."""
+        self._paused = True
+        self._resumed.clear()
+
+    def resume(self) -> None:
+        self._paused = False
+        self._resumed.set()
+        self._wakeup.set()
+
+    async def idle(self) -> None:
+        """Wait until no batch is computing."""
+        while self.busy:
+            await asyncio.sleep(0.002)
+
+    def fail_all(self, err: EdgedError) -> None:
+        for q in self._queues.values():
+            while q:
+                self._finish(q.popleft(), err)
+        self._streams.clear()
+
+    # -- admission ----------------------------------------------------------------------
+    def submit(self, p: Pending) -> None:
+        if not self._accepting:
+            raise Unavailable(f"model {self.model!r} is shutting down")
+        shed = self.limits.shed_priority_above
+        if shed is not None and p.priority > shed:
+            raise ResourceExhausted(
+                f"shed: the governor ({self.limits.reason or 'overload'}) serves only "
+                f"priority <= {shed} requests; this one has priority {p.priority}"
+            )
+        if p.stream is not None:
+            old = self._streams.get(p.stream)
+            if old is not None and not old.done and old.queued:
+                self._finish(old, Dropped(
+                    f"superseded by a newer frame of stream {p.stream!r} (freshest frame wins)"))
+        if self.depth >= self.max_queue:
+            raise ResourceExhausted(
+                f"queue of model {self.model!r} is full ({self.max_queue} requests waiting)")
+        if p.stream is not None:
+            self._streams[p.stream] = p
+        self._queues.setdefault(p.priority, deque()).append(p)
+        p.queued = True
+        self.depth += 1
+        if p.deadline is not None:
+            p.timer = asyncio.get_running_loop().call_at(
+                _loop_time(p.deadline), self._expire, p)
+        self._wakeup.set()
+
+    def _expire(self, p: Pending) -> None:
+        if not p.done and p.queued:
+            self._finish(p, DeadlineExceeded(
+                f"deadline passed after {1000 * (time.monotonic() - p.arrival):.1f} ms in the "
+                "queue; the request was not computed"))
+
+    def _finish(self, p: Pending, outcome: Result | EdgedError) -> None:
+        if p.done:
+            return
+        p.done = True
+        if p.queued:
+            p.queued = False
+            self.depth -= 1
+        if p.timer is not None:
+            p.timer.cancel()
+            p.timer = None
+        if p.stream is not None and self._streams.get(p.stream) is p:
+            del self._streams[p.stream]
+        try:
+            p.respond(p, outcome)
+        except Exception:  # a reply that cannot be sent must not stop the worker
+            log.exception("sending a reply failed")
+
+    # -- batch formation ----------------------------------------------------------------
+    def _cap(self) -> int:
+        cap = self.max_batch_size
+        if self.limits.max_batch_size is not None:
+            cap = max(1, min(cap, self.limits.max_batch_size))
+        return cap
+
+    def _take(self, batch: list[Pending], rows: int) -> int:
+        """Move queued compatible requests into ``batch`` (priority order, FIFO within)."""
+        cap = self._cap()
+        key = batch[0].key if batch else None
+        for prio in sorted(self._queues):
+            q = self._queues[prio]
+            skipped: list[Pending] = []
+            while q:
+                p = q[0]
+                if p.done:
+                    q.popleft()
+                    continue
+                if key is not None and p.key != key:
+                    skipped.append(q.popleft())
+                    continue
+                if batch and rows + p.rows > cap:
+                    break
+                q.popleft()
+                p.queued = False
+                self.depth -= 1
+                if p.stream is not None and self._streams.get(p.stream) is p:
+                    del self._streams[p.stream]
+                batch.append(p)
+                rows += p.rows
+                key = p.key
+            q.extendleft(reversed(skipped))
+            if rows >= cap:
+                break
+        return rows
+
+    async def _worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self.last_progress = time.monotonic()
+            while self.depth == 0 or self._paused:
+                self._wakeup.clear()
+                if self._paused:
+                    await self._resumed.wait()
+                    continue
+                await self._wakeup.wait()
+            rate = self.limits.max_rate_hz
+            if rate:
+                wait = self._next_slot - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                self._next_slot = max(self._next_slot, time.monotonic()) + 1.0 / rate
+            batch: list[Pending] = []
+            rows = self._take(batch, 0)
+            if self.max_delay_s > 0 and batch and rows < self._cap():
+                until = batch[0].arrival + self.max_delay_s
+                while rows < self._cap():
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._wakeup.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wakeup.wait(), left)
+                    rows = self._take(batch, rows)
+            batch = self._drop_late(batch)
+            if not batch:
+                continue
+            start = time.monotonic()
+            self.busy = True
+            try:
+                variant, outs, compute_s = await loop.run_in_executor(
+                    self.executor, self.compute, batch)
+            except EdgedError as e:
+                for p in batch:
+                    self._finish(p, e)
+                continue
+            except Exception as e:  # backend bug: fail this batch only, keep serving
+                log.exception("model %s: batch of %d failed", self.model, len(batch))
+                err = EdgedError(f"inference failed: {type(e).__name__}: {e}")
+                for p in batch:
+                    self._finish(p, err)
+                continue
+            finally:
+                self.busy = False
+                self.last_progress = time.monotonic()
+            a = 0.2
+            self._ewma_compute_s = compute_s if self._ewma_compute_s is None else (
+                (1 - a) * self._ewma_compute_s + a * compute_s)
+            n = sum(p.rows for p in batch)
+            if self.on_batch is not None:
+                self.on_batch(variant, n, compute_s, batch)
+            for p, out in zip(batch, outs, strict=True):
+                self._finish(p, Result(variant, out, start - p.arrival, compute_s, n))
+
+    def _drop_late(self, batch: list[Pending]) -> list[Pending]:
+        """Answer now the requests that cannot finish before their deadline."""
+        if not any(p.deadline is not None for p in batch):
+            return batch
+        now = time.monotonic()
+        est = self._ewma_compute_s or 0.0
+        keep = []
+        for p in batch:
+            if p.deadline is not None and now + est > p.deadline:
+                self._finish(p, DeadlineExceeded(
+                    f"would finish after its deadline (waited {1000 * (now - p.arrival):.1f} ms,"
+                    f" compute takes ~{1000 * est:.1f} ms); the request was not computed"))
+            else:
+                keep.append(p)
+        return keep
+
+
+def _loop_time(monotonic_deadline: float) -> float:
+    """asyncio's clock is time.monotonic on Linux; convert defensively anyway."""
+    loop = asyncio.get_running_loop()
+    return loop.time() + (monotonic_deadline - time.monotonic())

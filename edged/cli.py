@@ -1,0 +1,359 @@
+"""The ``edged`` command: serve, check, infer, models, health, status, ctl, compile, keys."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONFIG = "config.toml"
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
+
+
+def _add_client_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--endpoint", "-e", default=os.environ.get("EDGED_ENDPOINT", DEFAULT_ENDPOINT),
+                   help=f"daemon endpoint (default $EDGED_ENDPOINT or {DEFAULT_ENDPOINT})")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a reply")
+    p.add_argument("--server-key", help="CURVE: the server's public certificate (server.key)")
+    p.add_argument("--client-key", help="CURVE: this client's certificate (NAME.key_secret)")
+
+
+def _add_control_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--control", default=os.environ.get("EDGED_CONTROL"),
+                   help="control endpoint (default $EDGED_CONTROL, else the control.sock found "
+                        "in /run/edged, $XDG_RUNTIME_DIR/edged or the newest /tmp/edged-*)")
+    p.add_argument("--timeout", type=float, default=60.0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="edged", description=__doc__)
+    ap.add_argument("--version", action="version", version=f"edged {_version()}")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("serve", help="run the daemon")
+    s.add_argument("--config", "-c", default=DEFAULT_CONFIG)
+    s.add_argument("--endpoint", action="append", dest="endpoints", metavar="ENDPOINT",
+                   help="inference endpoint (repeatable; replaces [server] endpoints)")
+    s.add_argument("--metrics", metavar="HOST:PORT", help="metrics listen address, or 'off'")
+    s.add_argument("--runtime-dir", help="directory for ipc:// sockets")
+    s.add_argument("--control", help="control endpoint (ipc://...)")
+    s.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+
+    c = sub.add_parser("check", help="validate a config and load every artifact")
+    c.add_argument("config", nargs="?", default=DEFAULT_CONFIG)
+
+    i = sub.add_parser("infer", help="send one image or .npy tensor and print the result")
+    i.add_argument("model")
+    i.add_argument("input", help="a .jpg/.png image or a .npy tensor")
+    i.add_argument("--top", type=int, default=3, help="classes to print (classifiers)")
+    i.add_argument("--json", action="store_true", help="print the raw reply header")
+    i.add_argument("--labels", help="file with one label per line")
+    _add_client_args(i)
+
+    for name, help_ in (("models", "list the models the daemon serves"),
+                        ("health", "is the daemon ready?")):
+        p = sub.add_parser(name, help=help_)
+        _add_client_args(p)
+
+    st = sub.add_parser("status", help="a readable summary from the control endpoint")
+    st.add_argument("--json", action="store_true")
+    _add_control_args(st)
+
+    ctl = sub.add_parser("ctl", help="operator actions on the control endpoint")
+    _add_control_args(ctl)
+    csub = ctl.add_subparsers(dest="action", required=True)
+    csub.add_parser("status")
+    csub.add_parser("models")
+    csub.add_parser("reload")
+    for a in ("load", "unload"):
+        csub.add_parser(a).add_argument("model")
+    lv = csub.add_parser("level", help="pin a governor level, or 'auto'")
+    lv.add_argument("level")
+    sw = csub.add_parser("swap", help="switch a model to a variant by hand")
+    sw.add_argument("model")
+    sw.add_argument("variant")
+
+    k = sub.add_parser("keys", help="CURVE key management")
+    ksub = k.add_subparsers(dest="keys_cmd", required=True)
+    kg = ksub.add_parser("generate", help="write NAME.key (public) and NAME.key_secret")
+    kg.add_argument("name")
+    kg.add_argument("--dir", default=".", help="output directory")
+
+    try:
+        from edged.compile.cli import add_parser as add_compile
+    except ImportError:  # pragma: no cover - compile extras missing
+        pass
+    else:
+        add_compile(sub)
+    return ap
+
+
+def _version() -> str:
+    from edged import __version__
+
+    return __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(_COMMANDS[args.cmd](args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+# -- serve / check ------------------------------------------------------------------------
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from edged.config import load_config
+    from edged.errors import ConfigError
+    from edged.logs import setup_logging
+
+    try:
+        cfg = load_config(args.config).with_overrides(
+            args.endpoints, args.metrics, args.runtime_dir, args.control)
+    except ConfigError as e:
+        print("edged: invalid config:\n  " + "\n  ".join(e.problems), file=sys.stderr)
+        return 2
+    setup_logging(args.log_level or cfg.server.log_level)
+    from edged.server import Server, StartupError
+
+    try:
+        return asyncio.run(Server(cfg).run())
+    except StartupError as e:
+        print(f"edged: cannot start: {e}", file=sys.stderr)
+        return 1
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from edged.config import load_config
+    from edged.errors import ConfigError
+    from edged.registry import load_variant
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"{args.config}: {len(e.problems)} problem(s):")
+        for p in e.problems:
+            print(f"  - {p}")
+        return 1
+    problems = 0
+    for m in cfg.models:
+        for v in m.variants:
+            try:
+                backend, secs = load_variant(v, m.max_batch_size)
+            except Exception as e:
+                problems += 1
+                print(f"FAIL {m.name}/{v.name} ({v.backend}, {v.path}): {e}")
+                continue
+            ins = ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in backend.inputs)
+            print(f"ok   {m.name}/{v.name} ({v.backend} on {backend.info.device}) "
+                  f"loaded+warmed in {secs * 1000:.0f} ms; inputs: {ins}")
+            backend.close()
+    if problems:
+        print(f"{problems} artifact(s) failed to load")
+        return 1
+    print(f"{args.config}: OK ({len(cfg.models)} model(s))")
+    return 0
+
+
+# -- client commands ------------------------------------------------------------------------
+
+def _client(args: argparse.Namespace) -> Any:
+    from edged.client import Client
+
+    return Client(args.endpoint, args.timeout, args.server_key, args.client_key)
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from edged.client import ClientTimeout
+
+    p = Path(args.input)
+    if not p.exists():
+        print(f"edged: {p}: no such file", file=sys.stderr)
+        return 2
+    inputs: Any = np.load(p, allow_pickle=False) if p.suffix == ".npy" else p
+    try:
+        with _client(args) as c:
+            r = c.infer(args.model, inputs)
+    except ClientTimeout as e:
+        print(f"edged: {args.endpoint}: {e} (is the daemon running?)", file=sys.stderr)
+        return 3
+    except ValueError as e:
+        print(f"edged: {e}", file=sys.stderr)
+        return 2
+    if args.json or not r.ok:
+        print(json.dumps(r.header, indent=2))
+        return 0 if r.ok else 1
+    labels = Path(args.labels).read_text().split() if args.labels else None
+    t = r.header["timing"]
+    print(f"model={r.header['model']} variant={r.header['variant']} "
+          f"queue={t['queue_us']}us compute={t['compute_us']}us batch={t['batch']}")
+    for name, arr in r.outputs.items():
+        if arr.ndim == 2 and arr.shape[0] == 1 and arr.dtype.kind == "f":
+            logits = arr[0].astype(np.float64)
+            probs = np.exp(logits - logits.max())
+            probs /= probs.sum()
+            top = np.argsort(-probs)[: args.top]
+            best = labels[top[0]] if labels else int(top[0])
+            print(f"{name}: class {best}  (" + ", ".join(
+                f"{labels[k] if labels else int(k)}: {probs[k]:.3f}" for k in top) + ")")
+        else:
+            print(f"{name}: {arr.dtype} {list(arr.shape)}")
+    return 0
+
+
+def cmd_simple(args: argparse.Namespace) -> int:
+    from edged.client import ClientTimeout
+
+    try:
+        with _client(args) as c:
+            r = c.health() if args.cmd == "health" else c.models()
+    except ClientTimeout as e:
+        print(f"edged: {args.endpoint}: {e} (is the daemon running?)", file=sys.stderr)
+        return 3
+    print(json.dumps(r.header, indent=2))
+    return 0 if r.ok else 1
+
+
+# -- control commands -----------------------------------------------------------------------
+
+def find_control(explicit: str | None) -> str | None:
+    if explicit:
+        return explicit
+    candidates = ["/run/edged/control.sock"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        candidates.append(os.path.join(os.environ["XDG_RUNTIME_DIR"], "edged", "control.sock"))
+    tmp = sorted(glob.glob("/tmp/edged-*/control.sock"), key=os.path.getmtime, reverse=True)
+    for c in [*candidates, *tmp]:
+        if os.path.exists(c):
+            return f"ipc://{c}"
+    return None
+
+
+def control_call(endpoint: str, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    import zmq
+
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    try:
+        s.connect(endpoint)
+        s.send(json.dumps(msg).encode())
+        if not s.poll(int(timeout * 1000)):
+            raise TimeoutError(f"no reply from {endpoint} within {timeout:.0f} s")
+        reply: dict[str, Any] = json.loads(s.recv())
+        return reply
+    finally:
+        s.close()
+
+
+def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | None:
+    ep = find_control(args.control)
+    if ep is None:
+        print("edged: no control socket found; is the daemon running? (pass --control "
+              "ipc://PATH, printed by the daemon at start)", file=sys.stderr)
+        return None
+    try:
+        return control_call(ep, msg, args.timeout)
+    except TimeoutError as e:
+        print(f"edged: {e}", file=sys.stderr)
+        return None
+
+
+def cmd_ctl(args: argparse.Namespace) -> int:
+    msg: dict[str, Any] = {"op": args.action}
+    if args.action in ("load", "unload", "swap"):
+        msg["model"] = args.model
+    if args.action == "swap":
+        msg["variant"] = args.variant
+    if args.action == "level":
+        msg["level"] = args.level
+    r = _control(args, msg)
+    if r is None:
+        return 3
+    print(json.dumps(r, indent=2))
+    return 0 if r.get("status") == "OK" else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    r = _control(args, {"op": "status"})
+    if r is None:
+        return 3
+    if args.json or r.get("status") != "OK":
+        print(json.dumps(r, indent=2))
+        return 0 if r.get("status") == "OK" else 1
+    print(format_status(r))
+    return 0
+
+
+def format_status(r: dict[str, Any]) -> str:
+    up = r["uptime_s"]
+    lines = [
+        f"edged {r['version']}  pid {r['pid']}  {r['state']}  up {int(up // 3600)}h"
+        f"{int(up % 3600 // 60):02d}m{int(up % 60):02d}s  {r['requests_per_second']} req/s",
+        f"config    {r['config']}",
+        f"endpoints {', '.join(r['endpoints'])}",
+        f"control   {r['control']}    metrics {r['metrics'] or 'off'}",
+        "",
+        f"{'MODEL':<16}{'STATE':<9}{'VARIANT':<20}{'BACKEND':<12}{'QUEUE':>10}{'SERVED':>9}"
+        f"{'P50 ms':>9}{'P99 ms':>9}",
+    ]
+    for m in r["models"]:
+        q = f"{m['queue_depth']}/{m['max_queue']}"
+        p50 = "-" if m.get("p50_ms") is None else f"{m['p50_ms']:.2f}"
+        p99 = "-" if m.get("p99_ms") is None else f"{m['p99_ms']:.2f}"
+        lines.append(f"{m['name']:<16}{m['state']:<9}{m['active_variant'] or '-':<20}"
+                     f"{m['backend'] or '-':<12}{q:>10}{m.get('served', 0):>9}{p50:>9}{p99:>9}")
+        if m.get("error"):
+            lines.append(f"  error: {m['error']}")
+        ladder = " > ".join(f"[{v}]" if v == m["active_variant"] else v for v in m["variants"])
+        lines.append(f"  ladder: {ladder}")
+    g = r.get("governor")
+    lines.append("")
+    if not g:
+        lines.append("governor  disabled")
+    else:
+        lines.append(f"governor  level {g.get('level')}" + (" (pinned)" if g.get("pinned") else "")
+                     + f"  headroom {g.get('headroom')}")
+        if g.get("reason"):
+            lines.append(f"  why: {g['reason']}")
+        readings = g.get("readings") or {}
+        for k, v in readings.items():
+            if v not in (None, {}, []):
+                lines.append(f"  {k}: {v}")
+    if r.get("last_reload"):
+        lines.append(f"last reload: {json.dumps(r['last_reload'])}")
+    return "\n".join(lines)
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    import zmq.auth
+
+    d = Path(args.dir)
+    d.mkdir(parents=True, exist_ok=True)
+    public, secret = zmq.auth.create_certificates(str(d), args.name)
+    os.chmod(secret, 0o600)
+    print(f"public key: {public}  (copy to the daemon's clients_dir, or give to clients as "
+          f"--server-key)\nsecret key: {secret}  (keep private, mode 0600)")
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from edged.compile.cli import run
+
+    return run(args)
+
+
+_COMMANDS = {
+    "serve": cmd_serve, "check": cmd_check, "infer": cmd_infer, "models": cmd_simple,
+    "health": cmd_simple, "status": cmd_status, "ctl": cmd_ctl, "keys": cmd_keys,
+    "compile": cmd_compile,
+}

@@ -1,0 +1,258 @@
+"""The daemon's configuration: parsed from TOML once into frozen, validated objects.
+
+Every problem names the file, the dotted key path and what was expected, and all
+problems are reported together (``edged check``). Paths in the file are relative to
+the file's own folder, so a config and its models can move together.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from edged.backends import BACKENDS, backend_module
+from edged.backends.base import BackendOptions
+from edged.errors import ConfigError
+from edged.governor.config import GovernorConfig
+from edged.preprocess import PreprocessConfig
+from edged.protocol import Limits
+from edged.schema import Table, non_negative, positive, raise_if_problems
+
+DEFAULT_ENDPOINTS = ("ipc://edged.sock", "tcp://127.0.0.1:5555")
+DEFAULT_CONTROL = "ipc://control.sock"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class CurveConfig:
+    """ZeroMQ CURVE on the inference endpoints (see docs/security.md)."""
+
+    server_secret_key: Path  # zmq.auth certificate file holding the server's secret key
+    clients_dir: Path  # directory of allowed client public-key certificates (*.key)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS
+    control: str = DEFAULT_CONTROL
+    runtime_dir: Path | None = None
+    drain_timeout_s: float = 10.0
+    log_level: str = "info"
+    insecure: bool = False
+    max_inflight_per_client: int = 1024
+    limits: Limits = field(default_factory=Limits)
+    curve: CurveConfig | None = None
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    host: str | None = "127.0.0.1"
+    port: int = 9464
+
+    @property
+    def enabled(self) -> bool:
+        return self.host is not None
+
+
+@dataclass(frozen=True)
+class VariantConfig:
+    name: str
+    backend: str
+    path: Path
+    options: BackendOptions
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    variants: tuple[VariantConfig, ...]  # heaviest first: the governor's ladder
+    required: bool = False
+    max_batch_size: int = 8
+    max_queue: int = 256
+    max_delay_ms: float = 0.0
+    preprocess: PreprocessConfig | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    file: Path
+    server: ServerConfig
+    metrics: MetricsConfig
+    models: tuple[ModelConfig, ...]
+    governor: GovernorConfig
+
+    def model(self, name: str) -> ModelConfig | None:
+        return next((m for m in self.models if m.name == name), None)
+
+    def with_overrides(
+        self, endpoints: list[str] | None = None, metrics: str | None = None,
+        runtime_dir: str | None = None, control: str | None = None,
+    ) -> Config:
+        """Apply CLI flags (they win over the file) so daemons can run side by side."""
+        server = self.server
+        if endpoints:
+            server = replace(server, endpoints=tuple(endpoints))
+        if runtime_dir:
+            server = replace(server, runtime_dir=Path(runtime_dir))
+        if control:
+            server = replace(server, control=control)
+        m = self.metrics
+        if metrics is not None:
+            m = parse_listen(metrics, "--metrics")
+        return replace(self, server=server, metrics=m)
+
+
+def parse_listen(value: str, where: str) -> MetricsConfig:
+    """``host:port``, ``:port`` (all interfaces) or ``""``/``off`` (disabled)."""
+    if value in ("", "off", "none"):
+        return MetricsConfig(host=None)
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError([f"{where}: expected HOST:PORT (e.g. 127.0.0.1:9464) or 'off'; "
+                           f"got {value!r}"])
+    host = host.strip("[]") or "0.0.0.0"
+    return MetricsConfig(host=host, port=int(port))
+
+
+def _check_endpoint(e: str) -> str | None:
+    if e.startswith("ipc://") and len(e) > 6:
+        return None
+    if e.startswith("tcp://") and ":" in e[6:]:
+        return None
+    return "must be ipc://PATH or tcp://HOST:PORT"
+
+
+def _limits(t: Table) -> Limits:
+    d = Limits()
+    kw: dict[str, Any] = {}
+    for key in d.__dataclass_fields__:
+        kw[key] = t.get(key, int, getattr(d, key), check=positive)
+    t.done()
+    return Limits(**kw)
+
+
+def _server(t: Table) -> ServerConfig:
+    endpoints = t.get_list("endpoints", str, list(DEFAULT_ENDPOINTS))
+    for i, e in enumerate(endpoints or []):
+        err = _check_endpoint(e)
+        if err:
+            t.problem(f"endpoints[{i}]", f"{err}; got {e!r}")
+    if endpoints is not None and not endpoints:
+        t.problem("endpoints", "needs at least one endpoint")
+    control = t.get("control", str, DEFAULT_CONTROL,
+                    check=lambda c: None if c.startswith("ipc://") else
+                    "the control endpoint must be ipc:// (never tcp: operator actions stay local)")
+    runtime_dir = t.get_path("runtime_dir", None)
+    curve_t = t.table("curve")
+    curve = None
+    if curve_t.data:
+        curve = CurveConfig(
+            server_secret_key=curve_t.get_path("server_secret_key", must_exist=True),
+            clients_dir=curve_t.get_path("clients_dir", must_exist=True),
+        )
+        curve_t.done()
+    cfg = ServerConfig(
+        endpoints=tuple(endpoints or DEFAULT_ENDPOINTS),
+        control=control or DEFAULT_CONTROL,
+        runtime_dir=runtime_dir,
+        drain_timeout_s=t.get("drain_timeout_s", float, 10.0, check=non_negative),
+        log_level=t.get("log_level", str, "info", choices=LOG_LEVELS),
+        insecure=t.get("insecure", bool, False),
+        max_inflight_per_client=t.get("max_inflight_per_client", int, 1024, check=positive),
+        limits=_limits(t.table("limits")),
+        curve=curve,
+    )
+    t.done()
+    return cfg
+
+
+def _metrics(t: Table) -> MetricsConfig:
+    listen = t.get("listen", str, "127.0.0.1:9464")
+    t.done()
+    if listen is None:
+        return MetricsConfig()
+    try:
+        return parse_listen(listen, t.key_path("listen"))
+    except ConfigError as e:
+        t.problems.append(f"{t.file}: {e.problems[0]}")
+        return MetricsConfig()
+
+
+def _variant(t: Table) -> VariantConfig | None:
+    name = t.get("name", str)
+    backend = t.get("backend", str, choices=tuple(BACKENDS))
+    path = t.get_path("path")  # existence is checked at load: one bad file fails one model
+    opts_t = t.table("options")
+    options: BackendOptions | None = None
+    if backend is not None:
+        try:
+            options = backend_module(backend).Options.from_table(opts_t)
+        except ImportError as e:  # the module itself must import without its runtime
+            t.problem("backend", f"backend {backend!r} cannot be imported: {e}")
+    t.done()
+    if name is None or backend is None or path is None or options is None:
+        return None
+    return VariantConfig(name=name, backend=backend, path=path, options=options)
+
+
+def _model(t: Table) -> ModelConfig | None:
+    name = t.get("name", str, check=lambda n: None if n.strip() else "must not be empty")
+    variants = [v for v in (_variant(vt) for vt in t.tables("variants", required=True)) if v]
+    seen: set[str] = set()
+    for v in variants:
+        if v.name in seen:
+            t.problem("variants", f"variant name {v.name!r} is used twice")
+        seen.add(v.name)
+    pre_t = t.table("preprocess")
+    pre = PreprocessConfig.from_table(pre_t) if pre_t.data else None
+    batching = t.table("batching")  # batching keys may sit in [models.batching] or inline
+    src = batching if batching.data else t
+    cfg = ModelConfig(
+        name=name or "",
+        variants=tuple(variants),
+        required=t.get("required", bool, False),
+        max_batch_size=src.get("max_batch_size", int, 8, check=positive),
+        max_queue=src.get("max_queue", int, 256, check=positive),
+        max_delay_ms=src.get("max_delay_ms", float, 0.0, check=non_negative),
+        preprocess=pre,
+    )
+    if batching.data:
+        batching.done()
+    t.done()
+    return cfg if name and variants else None
+
+
+def parse_config(data: dict[str, Any], file: Path | str) -> Config:
+    """Build a Config from already-parsed TOML (``file`` anchors relative paths)."""
+    file = Path(file).resolve()
+    root = Table(data, "", file)
+    server = _server(root.table("server"))
+    metrics = _metrics(root.table("metrics"))
+    models = [m for m in (_model(mt) for mt in root.tables("models", required=True)) if m]
+    names = [m.name for m in models]
+    for n in {n for n in names if names.count(n) > 1}:
+        root.problem("models", f"model name {n!r} is used twice")
+    gov_t = root.table("governor")
+    governor = GovernorConfig.from_table(gov_t)
+    root.done()
+    raise_if_problems(root.problems)
+    return Config(file=file, server=server, metrics=metrics, models=tuple(models),
+                  governor=governor)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a config file; raises ConfigError listing every problem."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ConfigError([f"{p}: cannot read config file: {e.strerror or e}"]) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"{p}: not UTF-8 text: {e}"]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError([f"{p}: invalid TOML: {e}"]) from None
+    return parse_config(data, p)

@@ -1,0 +1,105 @@
+"""Prometheus metrics, kept in the single daemon process (no multiprocess mode).
+
+Names follow Prometheus practice: ``edged_`` prefix, base units, ``_total`` on counters,
+labels bounded to model/variant/status (never request ids). The governor registers
+its own sensor and level metrics on the same registry (edged/governor/metrics.py).
+docs/metrics.md lists every metric.
+"""
+
+from __future__ import annotations
+
+import threading
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
+
+from edged import __version__
+
+# Edge inference latencies: ~exponential from 100 µs to 10 s, with extra resolution
+# around common frame budgets (33 ms = 30 fps, 50 ms = 20 fps).
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.033, 0.05, 0.1, 0.25,
+    0.5, 1.0, 2.5, 5.0, 10.0,
+)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        Info("edged_build", "edged version", registry=r).info({"version": __version__})
+        self.requests = Counter(
+            "edged_requests", "Requests answered, by model, variant and status",
+            ["model", "variant", "status"], registry=r)
+        self.request_duration = Histogram(
+            "edged_request_duration_seconds", "Time from receipt to reply (OK replies)",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_duration = Histogram(
+            "edged_queue_duration_seconds", "Time a request waited before its batch ran",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.compute_duration = Histogram(
+            "edged_compute_duration_seconds", "Backend compute time per batch",
+            ["model", "variant"], buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_size = Histogram(
+            "edged_batch_size", "Rows per computed batch", ["model"],
+            buckets=BATCH_BUCKETS, registry=r)
+        self.queue_depth = Gauge(
+            "edged_queue_depth", "Requests waiting in the model's queue", ["model"], registry=r)
+        self.queue_capacity = Gauge(
+            "edged_queue_capacity", "The model's max_queue", ["model"], registry=r)
+        self.model_loads = Counter(
+            "edged_model_loads", "Variant loads, by result (ok|error)",
+            ["model", "variant", "result"], registry=r)
+        self.model_load_duration = Gauge(
+            "edged_model_load_duration_seconds", "Duration of the last load incl. warm-up",
+            ["model", "variant"], registry=r)
+        self.model_ready = Gauge(
+            "edged_model_ready", "1 when the model serves requests", ["model"], registry=r)
+        self.active_variant = Gauge(
+            "edged_active_variant_info", "1 for the variant that computes the model's requests",
+            ["model", "variant", "backend"], registry=r)
+        self.swaps = Counter(
+            "edged_variant_swaps", "Variant swaps, by reason",
+            ["model", "from_variant", "to_variant", "reason"], registry=r)
+        self.reloads = Counter(
+            "edged_config_reloads", "Config reloads, by result (ok|error)", ["result"],
+            registry=r)
+        self.energy = Counter(
+            "edged_energy_joules", "Energy attributed to the model's inference "
+            "(measured power × compute time)", ["model"], registry=r)
+        self.inflight = Gauge(
+            "edged_inflight_requests", "Requests received and not yet answered", registry=r)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def set_active(self, model: str, variant: str, backend: str) -> None:
+        # Clear the model's previous series so exactly one variant reads 1.
+        for labels in list(self.active_variant._metrics):
+            if labels[0] == model:
+                self.active_variant.remove(*labels)
+        self.active_variant.labels(model, variant, backend).set(1)
+
+    def serve(self, host: str, port: int) -> None:
+        """Start the HTTP exposition thread; OSError (port in use) propagates."""
+        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+
+    @property
+    def port(self) -> int | None:
+        return self._server.server_port if self._server else None
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

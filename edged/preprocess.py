@@ -1,0 +1,188 @@
+"""Turn what a camera sends (a JPEG/PNG, or a raw uint8 HxWxC frame) into the model's tensor.
+
+Why in the daemon: camera and drone apps should not need to know a model's layout,
+colour order or normalisation, and swapping to a lighter variant must not change
+what clients send. The steps are OpenCV calls (decode, colour convert, resize) plus
+one fused numpy expression for scale/mean/std, in the order models are trained with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from edged.errors import InvalidArgument
+from edged.schema import Table, positive
+
+_INTERP = {
+    "nearest": cv2.INTER_NEAREST,
+    "linear": cv2.INTER_LINEAR,
+    "area": cv2.INTER_AREA,
+    "cubic": cv2.INTER_CUBIC,
+}
+COLORS = ("gray", "rgb", "bgr")
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """``[models.preprocess]``: how an image becomes the model's input tensor."""
+
+    input: str | None  # model input it feeds; None = the first input
+    color: str  # colour order the model expects
+    raw_color: str  # colour order of raw 3-channel frames clients send (OpenCV: bgr)
+    width: int
+    height: int
+    interpolation: str
+    scale: float
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    layout: str  # NCHW | NHWC
+    dtype: str  # float32 | float16 | uint8
+
+    @classmethod
+    def from_table(cls, t: Table) -> PreprocessConfig:
+        color = t.get("color", str, "rgb", choices=COLORS)
+        channels = 1 if color == "gray" else 3
+        mean = t.get_list("mean", (int, float), [0.0] * channels) or [0.0] * channels
+        std = t.get_list("std", (int, float), [1.0] * channels) or [1.0] * channels
+        for key, vals in (("mean", mean), ("std", std)):
+            if len(vals) not in (1, channels):
+                t.problem(key, f"needs 1 or {channels} values for color {color!r}; got {vals}")
+        if any(s == 0 for s in std):
+            t.problem("std", "values must be non-zero")
+        cfg = cls(
+            input=t.get("input", str, None),
+            color=color,
+            raw_color=t.get("raw_color", str, "bgr", choices=("bgr", "rgb")),
+            width=t.get("width", int, check=positive),
+            height=t.get("height", int, check=positive),
+            interpolation=t.get("interpolation", str, "linear", choices=tuple(_INTERP)),
+            scale=t.get("scale", float, 1.0 / 255.0),
+            mean=tuple(float(m) for m in mean),
+            std=tuple(float(s) if s else 1.0 for s in std),
+            layout=t.get("layout", str, "NCHW", choices=("NCHW", "NHWC")),
+            dtype=t.get("dtype", str, "float32", choices=("float32", "float16", "uint8")),
+        )
+        t.done()
+        return cfg
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.color == "gray" else 3
+
+    def output_shape(self) -> tuple[int, ...]:
+        if self.layout == "NCHW":
+            return (1, self.channels, self.height, self.width)
+        return (1, self.height, self.width, self.channels)
+
+
+def decode_image(data: bytes | memoryview, max_pixels: int) -> np.ndarray:
+    """Decode a JPEG/PNG to uint8 HxW or HxWxC (BGR/BGRA), refusing huge or corrupt images."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    # Read the size from the header first so a 100-byte "image" cannot make us allocate GBs.
+    ok, reader = _peek_size(buf)
+    if ok and reader[0] * reader[1] > max_pixels:
+        raise InvalidArgument(
+            f"image is {reader[1]}x{reader[0]} pixels; the limit is {max_pixels} pixels"
+        )
+    img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
+    if img is None or img.size == 0:
+        raise InvalidArgument("could not decode the image: not a valid JPEG or PNG")
+    if img.dtype != np.uint8:  # 16-bit PNG
+        img = (img >> 8).astype(np.uint8) if img.dtype == np.uint16 else img.astype(np.uint8)
+    return img
+
+
+def _peek_size(buf: np.ndarray) -> tuple[bool, tuple[int, int]]:
+    """(height, width) from a PNG IHDR or JPEG SOF marker, without decoding."""
+    b = buf.tobytes()[:65536]
+    if b[:8] == b"\x89PNG\r\n\x1a\n" and len(b) >= 24:
+        w = int.from_bytes(b[16:20], "big")
+        h = int.from_bytes(b[20:24], "big")
+        return True, (h, w)
+    if b[:2] == b"\xff\xd8":
+        i = 2
+        while i + 9 < len(b):
+            if b[i] != 0xFF:
+                i += 1
+                continue
+            marker = b[i + 1]
+            if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE,
+                          0xCF):
+                h = int.from_bytes(b[i + 5:i + 7], "big")
+                w = int.from_bytes(b[i + 7:i + 9], "big")
+                return True, (h, w)
+            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+                i += 2
+                continue
+            seg = int.from_bytes(b[i + 2:i + 4], "big")
+            i += 2 + seg
+    return False, (0, 0)
+
+
+class Preprocessor:
+    """A compiled preprocessing plan for one model (constants precomputed once)."""
+
+    def __init__(self, cfg: PreprocessConfig) -> None:
+        self.cfg = cfg
+        c = cfg.channels
+        mean = np.array(cfg.mean if len(cfg.mean) == c else cfg.mean * c, dtype=np.float32)
+        std = np.array(cfg.std if len(cfg.std) == c else cfg.std * c, dtype=np.float32)
+        # x*scale - mean) / std == x*(scale/std) + (-mean/std): one multiply-add per pixel.
+        self._mul = (cfg.scale / std).astype(np.float32)
+        self._add = (-mean / std).astype(np.float32)
+        self._interp = _INTERP[cfg.interpolation]
+        self._identity = bool(np.all(self._mul == 1.0) and np.all(self._add == 0.0))
+
+    def from_encoded(self, data: bytes | memoryview, max_pixels: int) -> np.ndarray:
+        return self.from_frame(decode_image(data, max_pixels), source_color="bgr")
+
+    def from_frame(self, img: np.ndarray, source_color: str | None = None) -> np.ndarray:
+        """uint8 HxW / HxWxC (C in 1,3,4) -> model tensor with a batch dim of 1."""
+        if img.dtype != np.uint8 or img.ndim not in (2, 3):
+            raise InvalidArgument(
+                f"an image frame must be uint8 HxW or HxWxC; got {img.dtype} {list(img.shape)}"
+            )
+        if img.ndim == 3 and img.shape[2] not in (1, 3, 4):
+            raise InvalidArgument(
+                f"an image frame must have 1, 3 or 4 channels; got shape {list(img.shape)}"
+            )
+        if img.shape[0] == 0 or img.shape[1] == 0:
+            raise InvalidArgument(f"empty image frame {list(img.shape)}")
+        src = source_color or self.cfg.raw_color
+        img = self._convert_color(img, src)
+        cfg = self.cfg
+        if img.shape[0] != cfg.height or img.shape[1] != cfg.width:
+            img = cv2.resize(img, (cfg.width, cfg.height), interpolation=self._interp)
+        if img.ndim == 2:
+            img = img[:, :, None]
+        if cfg.dtype == "uint8":
+            out = img
+        else:
+            out = img.astype(np.float32)
+            if not self._identity:
+                out *= self._mul
+                out += self._add
+            if cfg.dtype == "float16":
+                out = out.astype(np.float16)
+        if cfg.layout == "NCHW":
+            out = out.transpose(2, 0, 1)
+        return np.ascontiguousarray(out)[None]
+
+    def _convert_color(self, img: np.ndarray, src: str) -> np.ndarray:
+        want = self.cfg.color
+        if img.ndim == 3 and img.shape[2] == 1:
+            img = img[:, :, 0]
+        if img.ndim == 2:
+            return img if want == "gray" else cv2.cvtColor(img, cv2.COLOR_GRAY2BGR if want == "bgr"
+                                                           else cv2.COLOR_GRAY2RGB)
+        if img.shape[2] == 4:
+            code = cv2.COLOR_BGRA2BGR if src == "bgr" else cv2.COLOR_RGBA2RGB
+            img = cv2.cvtColor(img, code)
+        if want == "gray":
+            return cv2.cvtColor(img, cv2.COLOR_BGR2GRAY if src == "bgr" else cv2.COLOR_RGB2GRAY)
+        if want != src:
+            return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+        return img

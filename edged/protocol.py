@@ -1,0 +1,299 @@
+"""Wire protocol v1: multipart ZeroMQ messages with a JSON header and raw tensor frames.
+
+Decoding is strict and bounded because everything here comes off a socket: the
+header size, frame count, rank, every dimension and the element count are capped
+*before* anything is allocated, dtypes come from a fixed allow-list (never
+``np.dtype(user_string)`` on arbitrary text), and tensor frames are wrapped with
+``np.frombuffer`` on the received buffer (zero-copy) only after their byte length has
+been checked against shape × itemsize. See docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edged.errors import (
+    EdgedError,
+    InvalidArgument,
+    NotFound,
+    UnsupportedVersion,
+)
+
+VERSION = 1
+OPS = ("infer", "models", "health")
+ENCODINGS = ("raw", "jpeg", "png")
+
+#: numpy names a client may use; all little-endian, no object/void/string dtypes.
+DTYPES: dict[str, np.dtype] = {
+    name: np.dtype(name).newbyteorder("<")
+    for name in (
+        "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32",
+        "uint64", "int64", "float16", "float32", "float64",
+    )
+}
+
+_HEADER_KEYS = frozenset(
+    {"v", "op", "id", "model", "inputs", "timeout_ms", "priority", "stream", "outputs"}
+)
+_INPUT_KEYS = frozenset({"name", "dtype", "shape", "encoding"})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what one message may make the daemon read or allocate."""
+
+    max_message_bytes: int = 64 << 20
+    max_header_bytes: int = 64 << 10
+    max_inputs: int = 16
+    max_rank: int = 8
+    max_dim: int = 1 << 20
+    max_elements: int = 1 << 26
+    max_id_length: int = 256
+    max_image_pixels: int = 1 << 25  # decoded image area (e.g. 8K x 4K)
+
+
+@dataclass
+class InputMeta:
+    name: str | None
+    encoding: str
+    dtype: np.dtype | None
+    shape: tuple[int, ...] | None
+    data: Any  # np.ndarray for raw, memoryview/bytes for encoded images
+
+
+@dataclass
+class Request:
+    """A decoded request. ``id`` is echoed as given (str or int)."""
+
+    op: str
+    id: str | int | None
+    model: str | None = None
+    inputs: list[InputMeta] = field(default_factory=list)
+    timeout_ms: float | None = None
+    priority: int = 1
+    stream: str | None = None
+    outputs: list[str] | None = None
+
+
+class ProtocolError(EdgedError):
+    """A request that cannot be decoded; carries the id if one could be read."""
+
+    def __init__(self, err: EdgedError, request_id: str | int | None) -> None:
+        super().__init__(str(err), err.status)
+        self.request_id = request_id
+
+
+def _buffer(frame: Any) -> memoryview:
+    buf = getattr(frame, "buffer", None)
+    if buf is not None:
+        return buf  # zmq.Frame: zero-copy view of the received message
+    return memoryview(frame)
+
+
+def peek_id(header: Any, limits: Limits) -> str | int | None:
+    """The request id if it is well-formed, so even a bad request can be answered by id."""
+    if not isinstance(header, dict):
+        return None
+    rid = header.get("id")
+    if isinstance(rid, bool):
+        return None
+    if isinstance(rid, int) and -(2**63) <= rid < 2**63:
+        return rid
+    if isinstance(rid, str) and len(rid) <= limits.max_id_length:
+        return rid
+    return None
+
+
+def decode_header(raw: Any, limits: Limits) -> dict[str, Any]:
+    buf = _buffer(raw)
+    if buf.nbytes > limits.max_header_bytes:
+        raise InvalidArgument(
+            f"header is {buf.nbytes} bytes; the limit is {limits.max_header_bytes}"
+        )
+    try:
+        header = json.loads(bytes(buf).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidArgument(f"frame 0 must be a UTF-8 JSON header: {e}") from None
+    if not isinstance(header, dict):
+        raise InvalidArgument("header must be a JSON object")
+    return header
+
+
+def parse_request(frames: list[Any], limits: Limits) -> Request:
+    """Decode header + tensor frames into a Request, or raise ProtocolError."""
+    header: Any = None
+    try:
+        if not frames:
+            raise InvalidArgument("empty message: expected a JSON header frame")
+        header = decode_header(frames[0], limits)
+        return _parse(header, frames[1:], limits)
+    except EdgedError as e:
+        raise ProtocolError(e, peek_id(header, limits)) from None
+
+
+def _parse(h: dict[str, Any], tensors: list[Any], limits: Limits) -> Request:
+    v = h.get("v")
+    if v != VERSION:
+        raise UnsupportedVersion(
+            f"protocol version {v!r} is not supported; this daemon speaks v={VERSION}"
+        )
+    extra = set(h) - _HEADER_KEYS
+    if extra:
+        raise InvalidArgument(f"unknown header key(s): {', '.join(sorted(extra))}")
+    rid = h.get("id")
+    if rid is not None and peek_id(h, limits) is None:
+        raise InvalidArgument(
+            f"id must be a string of at most {limits.max_id_length} characters or a 64-bit integer"
+        )
+    op = h.get("op", "infer")
+    if op not in OPS:
+        raise NotFound(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
+    req = Request(op=op, id=rid)
+    if op != "infer":
+        if tensors:
+            raise InvalidArgument(f"op {op!r} takes no tensor frames; got {len(tensors)}")
+        return req
+
+    model = h.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidArgument("infer needs 'model': a non-empty string")
+    req.model = model
+
+    if "timeout_ms" in h:
+        t = h["timeout_ms"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise InvalidArgument(f"timeout_ms must be a number > 0; got {t!r}")
+        req.timeout_ms = float(t)
+    if "priority" in h:
+        p = h["priority"]
+        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= 1000:
+            raise InvalidArgument(f"priority must be an integer from 0 to 1000; got {p!r}")
+        req.priority = p
+    if "stream" in h and h["stream"] is not None:
+        s = h["stream"]
+        if not isinstance(s, str) or not s or len(s) > limits.max_id_length:
+            raise InvalidArgument(
+                f"stream must be a non-empty string of at most {limits.max_id_length} characters"
+            )
+        req.stream = s
+    if "outputs" in h and h["outputs"] is not None:
+        outs = h["outputs"]
+        if not isinstance(outs, list) or not all(isinstance(o, str) for o in outs) or not outs:
+            raise InvalidArgument("outputs must be a non-empty list of output names")
+        req.outputs = list(dict.fromkeys(outs))
+
+    metas = h.get("inputs")
+    if not isinstance(metas, list) or not metas:
+        raise InvalidArgument("infer needs 'inputs': a non-empty list of input descriptions")
+    if len(metas) > limits.max_inputs:
+        raise InvalidArgument(f"{len(metas)} inputs; the limit is {limits.max_inputs}")
+    if len(tensors) != len(metas):
+        raise InvalidArgument(
+            f"header lists {len(metas)} input(s) but the message carries {len(tensors)} "
+            "tensor frame(s); send one frame per input, in order"
+        )
+    for i, (meta, frame) in enumerate(zip(metas, tensors, strict=True)):
+        req.inputs.append(_parse_input(i, meta, frame, limits))
+    return req
+
+
+def _parse_input(i: int, meta: Any, frame: Any, limits: Limits) -> InputMeta:
+    where = f"inputs[{i}]"
+    if not isinstance(meta, dict):
+        raise InvalidArgument(f"{where} must be an object with name, dtype, shape, encoding")
+    extra = set(meta) - _INPUT_KEYS
+    if extra:
+        raise InvalidArgument(f"{where}: unknown key(s): {', '.join(sorted(extra))}")
+    name = meta.get("name")
+    if name is not None and (not isinstance(name, str) or len(name) > limits.max_id_length):
+        raise InvalidArgument(f"{where}.name must be a string")
+    encoding = meta.get("encoding", "raw")
+    if encoding not in ENCODINGS:
+        raise InvalidArgument(
+            f"{where}.encoding must be one of {', '.join(ENCODINGS)}; got {encoding!r}"
+        )
+    buf = _buffer(frame)
+    if encoding != "raw":
+        if buf.nbytes == 0:
+            raise InvalidArgument(f"{where}: empty {encoding} image")
+        return InputMeta(name, encoding, None, None, buf)
+
+    dtype_name = meta.get("dtype")
+    if not isinstance(dtype_name, str) or dtype_name not in DTYPES:
+        raise InvalidArgument(
+            f"{where}.dtype must be one of {', '.join(DTYPES)}; got {dtype_name!r}"
+        )
+    dtype = DTYPES[dtype_name]
+    shape = meta.get("shape")
+    if not isinstance(shape, list):
+        raise InvalidArgument(f"{where}.shape must be a list of non-negative integers")
+    if len(shape) > limits.max_rank:
+        raise InvalidArgument(f"{where}: rank {len(shape)} exceeds the limit {limits.max_rank}")
+    elements = 1
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise InvalidArgument(f"{where}.shape must hold non-negative integers; got {shape!r}")
+        if d > limits.max_dim:
+            raise InvalidArgument(f"{where}: dimension {d} exceeds the limit {limits.max_dim}")
+        elements *= d
+    if elements > limits.max_elements:
+        raise InvalidArgument(
+            f"{where}: {elements} elements exceed the limit {limits.max_elements}"
+        )
+    want = elements * dtype.itemsize
+    if buf.nbytes != want:
+        raise InvalidArgument(
+            f"{where}: frame has {buf.nbytes} bytes but shape {shape} of {dtype_name} "
+            f"needs {want}"
+        )
+    arr = np.frombuffer(buf, dtype=dtype).reshape(shape)
+    return InputMeta(name, "raw", dtype, tuple(shape), arr)
+
+
+# -- replies ---------------------------------------------------------------------------
+
+def encode_header(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def error_reply(request_id: str | int | None, status: str, message: str) -> dict[str, Any]:
+    return {"v": VERSION, "id": request_id, "status": status, "error": message}
+
+
+def ok_reply_frames(
+    request_id: str | int | None,
+    model: str,
+    variant: str,
+    outputs: list[tuple[str, np.ndarray]],
+    timing: dict[str, Any],
+) -> list[Any]:
+    """Header + one C-contiguous little-endian buffer per output."""
+    metas = []
+    bufs: list[Any] = []
+    for name, arr in outputs:
+        a = np.ascontiguousarray(arr)
+        if a.dtype.byteorder == ">":
+            a = a.astype(a.dtype.newbyteorder("<"))
+        metas.append({"name": name, "dtype": a.dtype.name, "shape": list(a.shape)})
+        bufs.append(a.data if a.nbytes else b"")
+    header = {
+        "v": VERSION, "id": request_id, "status": "OK", "model": model,
+        "variant": variant, "outputs": metas, "timing": timing,
+    }
+    return [encode_header(header), *bufs]
+
+
+def decode_reply(frames: list[bytes]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Client side: header dict + outputs by name (copies, safe to keep)."""
+    header = json.loads(bytes(frames[0]))
+    outs: dict[str, np.ndarray] = {}
+    if header.get("status") == "OK":
+        for meta, buf in zip(header.get("outputs", []), frames[1:], strict=False):
+            dt = DTYPES[meta["dtype"]]
+            outs[meta["name"]] = np.frombuffer(buf, dtype=dt).reshape(meta["shape"])
+    return header, outs
