@@ -1,0 +1,21 @@
+"""Thermal and power governor: sensors (sysfs, psutil, NVML) and a level policy.
+
+The daemon drives it: ``sample()`` in a worker thread every ``interval_s``, ``step()``
+on the result, and applies the returned :class:`Decision` (variant ladder steps, batch
+cap, rate cap, shedding) when ``decision.changed``. See docs/governor.md.
+"""
+
+from edged.governor.config import GovernorConfig, LevelConfig, auto_levels
+from edged.governor.policy import Decision, Governor
+from edged.governor.sensors import Readings, Sensors, TripPoint
+
+__all__ = [
+    "Decision",
+    "Governor",
+    "GovernorConfig",
+    "LevelConfig",
+    "Readings",
+    "Sensors",
+    "TripPoint",
+    "auto_levels",
+]

@@ -1,0 +1,432 @@
+"""The governor: readings in, a level and its actions out.
+
+Rules (docs/governor.md explains them for operators):
+
+* Levels are ordered from the base (index 0, no actions) to the most severe.
+* Escalation is immediate: a level is entered as soon as any of its triggers reaches
+  its ``enter`` value (temperature, optionally forecast; window-averaged power;
+  battery). Heat does not wait for a dwell timer.
+* Relaxing is slow: the current level is left only when *all* its triggers are below
+  their ``exit`` values (hysteresis) *and* the level has been held for ``dwell_s``; then
+  the governor steps down one level, and the next step down needs another dwell. So a
+  heavy variant is not swapped back in the moment the device cools by a degree.
+* ``power_budget_w`` is a stepping controller: while the window-average power is over
+  budget, go one level further every ``power_window_s``; relax (with dwell) once it is
+  below ``power_budget_exit_w``.
+* A counted temperature sensor that goes stale applies ``stale_policy``: ``hot`` (the
+  most severe level: we are blind, so be safe), ``hold`` (use its last good value) or
+  ``ignore``.
+* ``pin(name)`` overrides everything until ``pin(None)``.
+
+``step`` is pure policy (no I/O) with time injected, so tests drive it with ramps.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from edged.governor.config import GovernorConfig, LevelConfig, auto_levels, with_base
+from edged.governor.sensors import (
+    TEMPERATURE_KINDS,
+    THERMAL,
+    Readings,
+    Sensors,
+    first_passive_trip_c,
+)
+
+log = logging.getLogger("edged.governor")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the daemon applies. ``changed`` is True when the level differs from the last one."""
+
+    level: str
+    index: int
+    ladder_steps: int
+    max_batch_size: int | None
+    max_rate_hz: float | None
+    shed_priority_above: int | None
+    reason: str
+    changed: bool
+    pinned: bool = False
+    #: hottest counted temperature / first temperature threshold (Android-style; 1.0 =
+    #: at the first throttling threshold). None without temperatures or thresholds.
+    headroom: float | None = None
+    temperature_c: float | None = None
+    #: total power averaged over power_window_s (what the budget and enter_w look at).
+    power_w: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "index": self.index,
+            "ladder_steps": self.ladder_steps,
+            "max_batch_size": self.max_batch_size,
+            "max_rate_hz": self.max_rate_hz,
+            "shed_priority_above": self.shed_priority_above,
+            "reason": self.reason,
+            "changed": self.changed,
+            "pinned": self.pinned,
+            "headroom": self.headroom,
+            "temperature_c": self.temperature_c,
+            "power_w": self.power_w,
+        }
+
+
+@dataclass
+class _Inputs:
+    """What the triggers look at in one step."""
+
+    temp: float | None = None  # hottest counted sensor (actual)
+    temp_name: str = ""
+    forecast: float | None = None  # temp + slope * forecast_s, only when rising
+    slope: float = 0.0
+    stale_hot: str | None = None  # name of a counted sensor that is stale under "hot"
+    power: float | None = None  # window average
+    battery: float | None = None  # ratio, only while on battery
+
+    @property
+    def effective_temp(self) -> float | None:
+        if self.temp is None:
+            return None
+        return max(self.temp, self.forecast) if self.forecast is not None else self.temp
+
+
+def linear_slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope (°C/s): a fit, not two points, so one noisy sample can't trigger."""
+    n = len(points)
+    mt = sum(p[0] for p in points) / n
+    mv = sum(p[1] for p in points) / n
+    den = sum((p[0] - mt) ** 2 for p in points)
+    if den <= 0:
+        return 0.0
+    return sum((p[0] - mt) * (p[1] - mv) for p in points) / den
+
+
+class Governor:
+    """Sensors plus policy state. Thread-safe: ``sample`` in a worker, ``step``/``pin``/
+    ``snapshot`` from anywhere."""
+
+    def __init__(
+        self,
+        cfg: GovernorConfig,
+        clock: Callable[[], float] = time.monotonic,
+        sensors: Sensors | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self._clock = clock
+        self.sensors = sensors or Sensors(cfg.sysfs_root, nvml=cfg.nvml, clock=clock)
+        if cfg.levels is None:
+            trip = first_passive_trip_c(self.sensors.trip_points(), self._counts_zone)
+            self.trip_c: float | None = trip[1] if trip else None
+            self.levels: tuple[LevelConfig, ...] = tuple(
+                auto_levels(self.trip_c, cfg.auto_max_batch_size)
+            )
+            if trip:
+                log.info("governor: auto levels from %s passive trip %.1f °C", trip[0], trip[1])
+            else:
+                log.info("governor: no passive trip point; auto levels use the fallback")
+        else:
+            self.trip_c = None
+            self.levels = tuple(with_base(list(cfg.levels)))
+        thresholds = [lv.enter_c for lv in self.levels if lv.enter_c is not None]
+        self.first_threshold_c: float | None = min(thresholds) if thresholds else None
+        self._lock = threading.RLock()
+        self._sample_lock = threading.Lock()
+        self._index = 0  # auto level
+        self._since: float | None = None  # when the auto level was last changed
+        self._pinned: int | None = None
+        self._last: Decision = self._decision(0, "starting", changed=False, inputs=_Inputs())
+        self._last_readings: Readings | None = None
+        self._last_now: float | None = None
+        self._seconds = dict.fromkeys((lv.name for lv in self.levels), 0.0)
+        self._temps: deque[tuple[float, float]] = deque()
+        self._power: deque[tuple[float, float]] = deque()
+        self._last_good: dict[str, float] = {}
+        self._budget_index = 0
+        self._budget_since: float | None = None
+        self._warned_no_sensor = False
+
+    # -- public API -------------------------------------------------------------------------
+    @property
+    def level_names(self) -> list[str]:
+        return [lv.name for lv in self.levels]
+
+    @property
+    def decision(self) -> Decision:
+        return self._last
+
+    def sample(self) -> Readings:
+        """Read all sensors (blocking file I/O; call from a thread). Never raises."""
+        with self._sample_lock:  # Sensors keeps RAPL/staleness state: one sampler at a time
+            readings = self.sensors.sample()
+        with self._lock:
+            self._last_readings = readings
+        return readings
+
+    def pin(self, level_name: str | None) -> None:
+        """Hold a level by hand (operator action); None returns to automatic control."""
+        with self._lock:
+            if level_name is None:
+                self._pinned = None
+                return
+            names = self.level_names
+            if level_name not in names:
+                raise ValueError(
+                    f"unknown governor level {level_name!r}; levels: {', '.join(names)}"
+                )
+            self._pinned = names.index(level_name)
+
+    def step(self, readings: Readings, now: float | None = None) -> Decision:
+        """One policy step on ``readings`` at time ``now`` (default: the governor clock)."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            if self._last_now is not None and now > self._last_now:
+                self._seconds[self._last.level] += now - self._last_now
+            self._last_now = now
+            self._last_readings = readings
+            if self._since is None:
+                self._since = now
+            inputs = self._inputs(readings, now)
+            reason = self._advance(inputs, now)
+            if self._pinned is not None:
+                auto = self.levels[self._index].name
+                index, reason = self._pinned, f"pinned by operator (automatic: {auto}: {reason})"
+            else:
+                index = self._index
+            decision = self._decision(
+                index, reason, changed=index != self._last.index, inputs=inputs
+            )
+            if decision.changed:
+                log.info("governor: %s -> %s: %s", self._last.level, decision.level, reason)
+            self._last = decision
+            return decision
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-safe state for ``edged status`` and the health reply."""
+        with self._lock:
+            d = self._last
+            return {
+                "level": d.level,
+                "index": d.index,
+                "reason": d.reason,
+                "pinned": self._pinned is not None,
+                "headroom": d.headroom,
+                "temperature_c": d.temperature_c,
+                "power_w": d.power_w,
+                "actions": {
+                    "ladder_steps": d.ladder_steps,
+                    "max_batch_size": d.max_batch_size,
+                    "max_rate_hz": d.max_rate_hz,
+                    "shed_priority_above": d.shed_priority_above,
+                },
+                "levels": [_level_dict(lv) for lv in self.levels],
+                "trip_c": self.trip_c,
+                "seconds_per_level": dict(self._seconds),
+                "readings": self._last_readings.to_dict() if self._last_readings else None,
+            }
+
+    def close(self) -> None:
+        self.sensors.close()
+
+    # -- internals --------------------------------------------------------------------------
+    def _counts_zone(self, name: str) -> bool:
+        if any(fnmatch.fnmatchcase(name, g) for g in self.cfg.ignore_sensors):
+            return False
+        if self.cfg.sensors:
+            return any(fnmatch.fnmatchcase(name, g) for g in self.cfg.sensors)
+        return True
+
+    def _counted(self, readings: Readings) -> list[str]:
+        """Temperature sensors the policy looks at (present or not)."""
+        temps = [n for n, k in readings.kinds.items() if k in TEMPERATURE_KINDS]
+        temps = [
+            n for n in temps if not any(fnmatch.fnmatchcase(n, g) for g in self.cfg.ignore_sensors)
+        ]
+        if self.cfg.sensors:
+            return [n for n in temps if any(fnmatch.fnmatchcase(n, g) for g in self.cfg.sensors)]
+        zones = [n for n in temps if readings.kinds[n] == THERMAL]
+        return zones or temps  # no thermal zones at all (some x86): use hwmon/NVML
+
+    def _inputs(self, r: Readings, now: float) -> _Inputs:
+        cfg = self.cfg
+        inp = _Inputs()
+        best: tuple[float, str] | None = None
+        for name in self._counted(r):
+            value = r.temperatures.get(name)
+            if value is not None:
+                self._last_good[name] = value
+            elif name in r.stale:
+                if cfg.stale_policy == "hot" and inp.stale_hot is None:
+                    inp.stale_hot = name
+                elif cfg.stale_policy == "hold":
+                    value = self._last_good.get(name)
+            if value is not None and (best is None or value > best[0]):
+                best = (value, name)
+        if (
+            best is None
+            and self.first_threshold_c is not None
+            and not self._warned_no_sensor
+            and not inp.stale_hot
+        ):
+            self._warned_no_sensor = True
+            wanted = ", ".join(cfg.sensors) if cfg.sensors else "any thermal zone"
+            log.warning(
+                "governor: no temperature sensor matches (%s); temperature levels idle", wanted
+            )
+        if best is not None:
+            inp.temp, inp.temp_name = best
+            if cfg.forecast_s > 0:
+                self._temps.append((now, best[0]))
+                while self._temps and self._temps[0][0] < now - cfg.forecast_window_s:
+                    self._temps.popleft()
+                pts = list(self._temps)
+                if len(pts) >= 3 and pts[-1][0] - pts[0][0] >= cfg.forecast_window_s / 2:
+                    inp.slope = linear_slope(pts)
+                    if inp.slope > 0:
+                        inp.forecast = inp.temp + inp.slope * cfg.forecast_s
+        if r.total_power_w is not None:
+            self._power.append((now, r.total_power_w))
+        while self._power and self._power[0][0] < now - cfg.power_window_s:
+            self._power.popleft()
+        if self._power:
+            inp.power = sum(p for _, p in self._power) / len(self._power)
+        if r.battery_ratio is not None and r.battery_plugged is not True:
+            inp.battery = r.battery_ratio
+        return inp
+
+    def _triggered(self, lv: LevelConfig, inp: _Inputs, *, holding: bool) -> str | None:
+        """Why ``lv`` applies (enter values, or exit values when ``holding``), else None."""
+        t = inp.effective_temp
+        if lv.enter_c is not None and t is not None:
+            limit = lv.exit_c if holding and lv.exit_c is not None else lv.enter_c
+            if t >= limit:
+                verb = "hold" if holding else "enter"
+                if inp.forecast is not None and inp.temp is not None and inp.temp < limit:
+                    return (
+                        f"{inp.temp_name} {inp.temp:.1f} °C rising {inp.slope:.2f} °C/s → "
+                        f"{inp.forecast:.1f} °C in {self.cfg.forecast_s:g} s ≥ {limit:.1f} "
+                        f"({verb} {lv.name}, forecast)"
+                    )
+                return f"{inp.temp_name} {inp.temp:.1f} °C ≥ {limit:.1f} ({verb} {lv.name})"
+        if lv.enter_w is not None and inp.power is not None:
+            limit = lv.exit_w if holding and lv.exit_w is not None else lv.enter_w
+            if inp.power >= limit:
+                verb = "hold" if holding else "enter"
+                return (
+                    f"power {inp.power:.1f} W (avg {self.cfg.power_window_s:g} s) ≥ "
+                    f"{limit:.1f} ({verb} {lv.name})"
+                )
+        if lv.battery_below is not None and inp.battery is not None:
+            limit = lv.battery_below + (self.cfg.battery_hysteresis if holding else 0.0)
+            if inp.battery < limit:
+                verb = "hold" if holding else "enter"
+                return f"battery {inp.battery:.0%} < {limit:.0%} on battery ({verb} {lv.name})"
+        return None
+
+    def _budget(self, inp: _Inputs, now: float) -> str | None:
+        """Advance the power-budget controller; its index is a floor for the level."""
+        cfg = self.cfg
+        if cfg.power_budget_w is None or inp.power is None:
+            return None
+        top = len(self.levels) - 1
+        waited = self._budget_since is None or now - self._budget_since >= cfg.power_window_s
+        exit_w = cfg.power_budget_exit_w
+        if exit_w is None:
+            exit_w = 0.9 * cfg.power_budget_w
+        relax_after = max(cfg.dwell_s, cfg.power_window_s)
+        if inp.power > cfg.power_budget_w:
+            if waited and max(self._budget_index, self._index) < top:
+                self._budget_index = max(self._budget_index, self._index) + 1
+                self._budget_since = now
+        elif (
+            inp.power < exit_w
+            and self._budget_index > 0
+            and (self._budget_since is None or now - self._budget_since >= relax_after)
+        ):
+            self._budget_index -= 1
+            self._budget_since = now
+        if self._budget_index == 0:
+            return None
+        return (
+            f"power {inp.power:.1f} W (avg {cfg.power_window_s:g} s) vs budget "
+            f"{cfg.power_budget_w:.1f} W (budget level {self.levels[self._budget_index].name})"
+        )
+
+    def _advance(self, inp: _Inputs, now: float) -> str:
+        """Move the automatic level; returns the reason text for the resulting level."""
+        top = len(self.levels) - 1
+        # Escalation: the most severe level any trigger asks for, at once.
+        target, why = 0, ""
+        for i in range(1, len(self.levels)):
+            text = self._triggered(self.levels[i], inp, holding=False)
+            if text is not None:
+                target, why = i, text
+        budget_why = self._budget(inp, now)
+        if budget_why is not None and self._budget_index > target:
+            target, why = self._budget_index, budget_why
+        if inp.stale_hot is not None:
+            target, why = top, f"sensor {inp.stale_hot} stale (stale_policy=hot)"
+        if target > self._index:
+            self._index, self._since = target, now
+            return why
+        if self._index == 0:
+            return why or self._calm(inp)
+        if target == self._index:
+            return why  # the current level's enter condition still holds
+        # Relaxing: all of this level's triggers below exit, held for dwell_s, one step.
+        cur = self.levels[self._index]
+        floor = max(target, self._budget_index)
+        hold = self._triggered(cur, inp, holding=True)
+        if hold is not None or self._index <= floor:
+            return hold or why or budget_why or f"at {cur.name}"
+        assert self._since is not None
+        remaining = self.cfg.dwell_s - (now - self._since)
+        if remaining > 0:
+            return f"{self._calm(inp)}; leaving {cur.name} after dwell ({remaining:.1f} s left)"
+        self._index -= 1
+        self._since = now
+        return f"{self._calm(inp)} (exit {cur.name} after {self.cfg.dwell_s:g} s dwell)"
+
+    def _calm(self, inp: _Inputs) -> str:
+        parts = []
+        if inp.temp is not None:
+            parts.append(f"{inp.temp_name} {inp.temp:.1f} °C")
+        if inp.power is not None:
+            parts.append(f"{inp.power:.1f} W")
+        if inp.battery is not None:
+            parts.append(f"battery {inp.battery:.0%}")
+        return "below thresholds: " + (", ".join(parts) if parts else "no readings")
+
+    def _decision(self, index: int, reason: str, *, changed: bool, inputs: _Inputs) -> Decision:
+        lv = self.levels[index]
+        headroom = None
+        if inputs.temp is not None and self.first_threshold_c:
+            headroom = inputs.temp / self.first_threshold_c
+        return Decision(
+            level=lv.name,
+            index=index,
+            ladder_steps=lv.ladder_steps,
+            max_batch_size=lv.max_batch_size,
+            max_rate_hz=lv.max_rate_hz,
+            shed_priority_above=lv.shed_priority_above,
+            reason=reason,
+            changed=changed,
+            pinned=self._pinned is not None,
+            headroom=None if headroom is None or math.isnan(headroom) else headroom,
+            temperature_c=inputs.temp,
+            power_w=inputs.power,
+        )
+
+
+def _level_dict(lv: LevelConfig) -> dict[str, Any]:
+    return {k: v for k, v in vars(lv).items() if v is not None}
