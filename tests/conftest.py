@@ -45,7 +45,7 @@ listen = "off"
 name = "digits"
 required = true
 max_batch_size = 8
-max_queue = 64
+max_queue = 512
 {model_extra}
 [models.preprocess]
 color = "gray"
