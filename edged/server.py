@@ -520,6 +520,9 @@ class Server:
             for n in removed:
                 self.models.pop(n, None)
             self.config = new
+            if self._auth is not None and new.server.curve is not None:
+                # Re-read the allowed client keys: adds and revokes take effect now.
+                self._auth.configure_curve(domain="*", location=str(new.server.curve.clients_dir))
             if self.governor is not None or new.governor.enabled:
                 self._restart_governor()
             for rt in old_runtimes:

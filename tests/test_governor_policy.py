@@ -404,6 +404,9 @@ def test_pin_and_unpin(tmp_path: Path) -> None:
     d = gov.step(readings(0, {"cpu-thermal": 40.0}), now=0)
     assert (d.level, d.pinned, d.changed) == ("hot", True, True)
     assert d.reason.startswith("pinned by operator")
+    snap = gov.snapshot()
+    assert (snap["pinned"], snap["automatic_level"]) == ("hot", "normal")
+    gov.pin(snap["pinned"])  # round-trips, e.g. across a reload
     gov.pin(None)
     d = gov.step(readings(1, {"cpu-thermal": 40.0}), now=1)
     assert (d.level, d.pinned, d.changed) == ("normal", False, True)
@@ -421,7 +424,7 @@ def test_snapshot_is_json_and_counts_time(tmp_path: Path) -> None:
     clock.t += 2
     gov.step(gov.sample())
     snap = json.loads(json.dumps(gov.snapshot()))
-    assert snap["level"] == "warm" and snap["pinned"] is False
+    assert snap["level"] == "warm" and snap["pinned"] is None
     assert snap["seconds_per_level"] == {"normal": 3.0, "warm": 2.0, "hot": 0.0, "critical": 0.0}
     assert snap["readings"]["temperatures"] == {"cpu-thermal": 71.0}
     assert snap["headroom"] == pytest.approx(71 / 70)
@@ -505,3 +508,17 @@ def test_policy_never_oscillates_faster_than_dwell(
         if d.index != prev:
             last_change = now
         prev = d.index
+
+
+# -- replay command ------------------------------------------------------------------------------
+def test_replay_command_reads_a_recorded_tree(tmp_path: Path, capsys) -> None:
+    from edged.governor.__main__ import main
+
+    make_thermal_zone(tmp_path, 0, "cpu-thermal", 88000, trips=ORIN_TRIPS)
+    cfg = tmp_path / "edged.toml"
+    cfg.write_text('[governor]\nsysfs_root = "."\ndwell_s = 1\n')
+    assert main(["--config", str(cfg), "--count", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trip_c"] == 99.0
+    assert out["decision"]["level"] == "warm"  # 88 °C ≥ 99 − 15
+    assert out["readings"]["temperatures"] == {"cpu-thermal": 88.0}

@@ -721,14 +721,20 @@ class TensorRTBackend(Backend):
 
     # -- teardown ---------------------------------------------------------------------
     def close(self) -> None:
-        """Free buffers, stream, context, engine and runtime (in that order). Idempotent."""
+        """Release context, engine and runtime, then buffers and the stream. Idempotent.
+
+        The registry may close on another thread than the one that loaded or ran the
+        plan, and CUDA's current device is per thread, so select ours first.
+        """
         if getattr(self, "_closed", True):
             return
         self._closed = True
         cudart = self._cudart
-        if cudart is not None and self._stream is not None:
+        if cudart is not None:
             with contextlib.suppress(Exception):  # best effort during teardown
-                cudart.cudaStreamSynchronize(self._stream)
+                cudart.cudaSetDevice(self.options.device)
+                if self._stream is not None:
+                    cudart.cudaStreamSynchronize(self._stream)
         # Drop TensorRT objects first: the context references the buffers' addresses.
         self._context = None
         self._engine = None

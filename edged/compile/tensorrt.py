@@ -215,6 +215,8 @@ def build_engine(
         # 11 is always strongly typed. On 10, ask for strong typing when the model already
         # carries reduced precision so it is honoured as on 11 (the FP16 flag excludes it).
         flags = 0
+        if major < 10:  # TensorRT 8.x (JetPack 5 / 6.0) still defaults to implicit batch
+            flags |= 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
         strongly_typed = major >= 11
         st_flag = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
         if major < 11 and not use_fp16_flag and precision not in ("fp32", "unknown") and st_flag:

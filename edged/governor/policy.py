@@ -219,7 +219,10 @@ class Governor:
                 "level": d.level,
                 "index": d.index,
                 "reason": d.reason,
-                "pinned": self._pinned is not None,
+                # The pinned level's name (None = automatic): truthy, and pin(snapshot["pinned"])
+                # restores it, e.g. across a config reload.
+                "pinned": None if self._pinned is None else self.levels[self._pinned].name,
+                "automatic_level": self.levels[self._index].name,
                 "headroom": d.headroom,
                 "temperature_c": d.temperature_c,
                 "power_w": d.power_w,
