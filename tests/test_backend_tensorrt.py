@@ -420,6 +420,13 @@ def test_onnx_precision(tmp_path: Path, kind: str) -> None:
     assert onnx_precision(_digits_like_onnx(tmp_path / f"{kind}.onnx", kind=kind)) == kind
 
 
+def test_onnx_precision_of_unreadable_file_is_unknown(tmp_path: Path) -> None:
+    # TensorRT's parser, not onnx, must be the one to report a broken model.
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"this is not an onnx model")
+    assert onnx_precision(bad) == "unknown"
+
+
 # -- scripts/device-check -------------------------------------------------------------------
 
 

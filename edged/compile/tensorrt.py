@@ -61,13 +61,17 @@ def onnx_precision(onnx_path: Path) -> str:
     TensorRT 11 (and a strongly typed TensorRT 10 network) computes in the model's own
     types, so this *is* the plan's precision; it goes in the sidecar so the governor's
     variant ladder and ``edged models`` show it. Returns "unknown" without the onnx
-    package (the compile extra).
+    package (the compile extra) or when onnx cannot read the file.
     """
     try:
         import onnx
     except ImportError:
         return "unknown"
-    model = onnx.load(str(onnx_path), load_external_data=False)
+    try:
+        model = onnx.load(str(onnx_path), load_external_data=False)
+    except Exception as e:  # unparsable: TensorRT's parser reports it properly later
+        log.debug("cannot read %s with onnx: %s", onnx_path, e)
+        return "unknown"
     graph = model.graph
     tp = onnx.TensorProto
     inits = {i.name: i for i in graph.initializer}
