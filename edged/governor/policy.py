@@ -151,6 +151,7 @@ class Governor:
         self._seconds = dict.fromkeys((lv.name for lv in self.levels), 0.0)
         self._temps: deque[tuple[float, float]] = deque()
         self._power: deque[tuple[float, float]] = deque()
+        self._power_since = 0.0
         self._last_good: dict[str, float] = {}
         self._budget_index = 0
         self._budget_since: float | None = None
@@ -298,10 +299,14 @@ class Governor:
                     if inp.slope > 0:
                         inp.forecast = inp.temp + inp.slope * cfg.forecast_s
         if r.total_power_w is not None:
+            if not self._power:
+                self._power_since = now
             self._power.append((now, r.total_power_w))
         while self._power and self._power[0][0] < now - cfg.power_window_s:
             self._power.popleft()
-        if self._power:
+        # An average is only believed once power has been seen for half a window, so the
+        # burst of loading models at start-up is not mistaken for sustained load.
+        if self._power and now - self._power_since >= cfg.power_window_s / 2:
             inp.power = sum(p for _, p in self._power) / len(self._power)
         if r.battery_ratio is not None and r.battery_plugged is not True:
             inp.battery = r.battery_ratio

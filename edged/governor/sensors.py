@@ -642,6 +642,7 @@ class Sensors:
         self._kinds: dict[str, str] = {}
         self._good: set[str] = set()  # read fine at least once
         self._status: dict[str, str] = {}  # name -> ok | unavailable | stale
+        self._broken: set[str] = set()  # sources whose reader raised (logged once)
 
     def trip_points(self) -> dict[str, list[TripPoint]]:
         return read_trip_points(self.root)
@@ -663,8 +664,11 @@ class Sensors:
         for what, fn in steps:
             try:
                 fn()
+                self._broken.discard(what)
             except Exception as exc:  # a bug or a very odd tree: lose that source, not the sample
-                log.exception("reading %s failed: %s", what, _describe(exc))
+                if what not in self._broken:  # once per transition, not every second
+                    self._broken.add(what)
+                    log.exception("reading %s failed: %s", what, _describe(exc))
         return self._finish(part, now)
 
     def _hwmon(self, part: _Partial) -> None:
