@@ -104,7 +104,7 @@ def test_required_directives() -> None:
         "StateDirectory": ["edged"],
         "CacheDirectory": ["edged"],
         "User": ["edged"],
-        "Environment": ["PYTHONUNBUFFERED=1"],
+        "Environment": ["PYTHONUNBUFFERED=1", "PYTHONFAULTHANDLER=1"],
         "IPAddressDeny": ["any"],
         "IPAddressAllow": ["localhost"],
         "PrivateDevices": ["yes"],
