@@ -104,7 +104,11 @@ def test_required_directives() -> None:
         "StateDirectory": ["edged"],
         "CacheDirectory": ["edged"],
         "User": ["edged"],
-        "Environment": ["PYTHONUNBUFFERED=1", "PYTHONFAULTHANDLER=1"],
+        "Environment": [
+            "PYTHONUNBUFFERED=1",
+            "PYTHONFAULTHANDLER=1",
+            "XDG_CACHE_HOME=/var/cache/edged",
+        ],
         "IPAddressDeny": ["any"],
         "IPAddressAllow": ["localhost"],
         "PrivateDevices": ["yes"],
