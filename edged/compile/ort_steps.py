@@ -1,0 +1,122 @@
+"""ONNX Runtime variants: graph-optimized fp32, fp16, static INT8 (QDQ) and dynamic INT8.
+
+Why these choices (measured, see /work/shared/research/backend_apis.md §3):
+
+* the optimized model is saved at ORT_ENABLE_EXTENDED, not ALL: ALL bakes in
+  hardware-specific layout ops, so the file would not be portable to another CPU;
+* fp16 keeps fp32 I/O (``keep_io_types``) so clients and the daemon feed the same
+  tensors to every variant; on CPU it mostly runs through casts, it exists for
+  GPU/TensorRT 11, whose precision must come from the ONNX model;
+* static INT8 is QDQ with U8 activations and per-channel S8 weights: ORT fuses QDQ
+  into int8 kernels on x86 (1.45x in the notes), while QOperator S8S8 and dynamic
+  quantization were ~5x *slower* on CNNs. Dynamic INT8 is still offered because it
+  suits MatMul/LSTM-heavy models and needs no calibration data.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+
+def optimize(src: Path, out: Path) -> Path:
+    """Save ORT's graph-optimized (EXTENDED, portable) form of ``src`` to ``out``."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(out)
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    return out
+
+
+def to_fp16(src: Path, out: Path) -> Path:
+    """fp16 weights and compute with fp32 inputs/outputs."""
+    import onnx
+    from onnxconverter_common import float16
+
+    model = onnx.load(str(src))
+    m16 = float16.convert_float_to_float16(model, keep_io_types=True)
+    onnx.save(m16, str(out))
+    return out
+
+
+class _Reader:
+    """Feeds calibration batches to ``quantize_static`` with a progress bar."""
+
+    def __init__(self, name: str, x: np.ndarray, batch: int, progress: bool) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=x.shape[0], desc="int8: calibrating", unit="img",
+                         disable=not progress, leave=False)
+        self._it: Iterator[np.ndarray] = (x[i : i + batch] for i in range(0, x.shape[0], batch))
+        self._name = name
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        b = next(self._it, None)
+        if b is None:
+            self._bar.close()
+            return None
+        self._bar.update(b.shape[0])
+        return {self._name: b}
+
+    def rewind(self) -> None:  # pragma: no cover - MinMax needs one pass
+        raise NotImplementedError
+
+
+def _preprocessed(src: Path, tmp: Path) -> Path:
+    """Shape inference + fusions ORT recommends before quantizing; falls back to src."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = tmp / "pre.onnx"
+    try:
+        quant_pre_process(str(src), str(pre))
+    except Exception:  # symbolic shape inference fails on some graphs: retry without it
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+    return pre
+
+
+def to_int8_static(
+    src: Path, out: Path, input_name: str, calib: np.ndarray, *, method: str = "minmax",
+    batch: int = 16, progress: bool = True,
+) -> Path:
+    """QDQ, U8 activations, per-channel S8 weights, calibrated on ``calib``."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    methods = {
+        "minmax": CalibrationMethod.MinMax,
+        "entropy": CalibrationMethod.Entropy,
+        "percentile": CalibrationMethod.Percentile,
+    }
+
+    class Reader(_Reader, CalibrationDataReader):
+        pass
+
+    with tempfile.TemporaryDirectory() as td:
+        pre = _preprocessed(src, Path(td))
+        quantize_static(
+            str(pre), str(out), Reader(input_name, calib, batch, progress),
+            quant_format=QuantFormat.QDQ, per_channel=True,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+            calibrate_method=methods[method],
+        )
+    return out
+
+
+def to_int8_dynamic(src: Path, out: Path) -> Path:
+    """Weights quantized ahead of time, activations at run time (no calibration data)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as td:
+        pre = _preprocessed(src, Path(td))
+        quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8)
+    return out
