@@ -383,7 +383,12 @@ class Governor:
         if budget_why is not None and self._budget_index > target:
             target, why = self._budget_index, budget_why
         if inp.stale_hot is not None:
-            target, why = top, f"sensor {inp.stale_hot} stale (stale_policy=hot)"
+            # "Hot" means the most severe *temperature* level: a battery- or power-only
+            # level further down the list says nothing about heat.
+            hot = max((i for i, lv in enumerate(self.levels) if lv.enter_c is not None),
+                      default=top)
+            if hot > target:
+                target, why = hot, f"sensor {inp.stale_hot} stale (stale_policy=hot)"
         if target > self._index:
             self._index, self._since = target, now
             return why
