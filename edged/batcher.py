@@ -116,6 +116,7 @@ class Batcher:
         self._next_slot = 0.0
         self._ewma_compute_s: float | None = None
         self.busy = False  # a batch is computing
+        self._running: list[Pending] = []
         self.last_progress = time.monotonic()  # watchdog: when the worker last moved
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -156,9 +157,15 @@ class Batcher:
             await asyncio.sleep(0.002)
 
     def fail_all(self, err: EdgedError) -> None:
+        """Answer every queued request *and* the batch computing now with ``err``.
+
+        A running batch cannot be aborted; its requests are answered now and its late
+        result is dropped (``_finish`` is a no-op on answered requests)."""
         for q in self._queues.values():
             while q:
                 self._finish(q.popleft(), err)
+        for p in self._running:
+            self._finish(p, err)
         self._streams.clear()
 
     # -- admission ----------------------------------------------------------------------
@@ -281,7 +288,9 @@ class Batcher:
             if not batch:
                 continue
             start = time.monotonic()
+            self.last_progress = start
             self.busy = True
+            self._running = batch
             try:
                 variant, outs, compute_s = await loop.run_in_executor(
                     self.executor, self.compute, batch)
@@ -297,6 +306,7 @@ class Batcher:
                 continue
             finally:
                 self.busy = False
+                self._running = []
                 self.last_progress = time.monotonic()
             a = 0.2
             self._ewma_compute_s = compute_s if self._ewma_compute_s is None else (

@@ -39,6 +39,7 @@ class ServerConfig:
     control: str = DEFAULT_CONTROL
     runtime_dir: Path | None = None
     drain_timeout_s: float = 10.0
+    stall_timeout_s: float = 30.0
     log_level: str = "info"
     insecure: bool = False
     max_inflight_per_client: int = 1024
@@ -158,6 +159,7 @@ def _server(t: Table) -> ServerConfig:
         control=control or DEFAULT_CONTROL,
         runtime_dir=runtime_dir,
         drain_timeout_s=t.get("drain_timeout_s", float, 10.0, check=non_negative),
+        stall_timeout_s=t.get("stall_timeout_s", float, 30.0, check=positive),
         log_level=t.get("log_level", str, "info", choices=LOG_LEVELS),
         insecure=t.get("insecure", bool, False),
         max_inflight_per_client=t.get("max_inflight_per_client", int, 1024, check=positive),

@@ -496,14 +496,18 @@ class Server:
             removed = [n for n in old_by if n not in new_by]
             staged: dict[str, ModelRuntime] = {}
             errors = []
-            for mc in [*added, *changed]:
-                rt = ModelRuntime(mc, self.metrics, new.server.limits, self._current_power)
-                try:
-                    await rt.load(self._ladder_index(rt))
-                    staged[mc.name] = rt
-                except Exception:
-                    errors.append(f"{mc.name}: {rt.error}")
-                    await rt.close()
+            extend = asyncio.get_running_loop().create_task(self._extend_timeout_while_loading())
+            try:
+                for mc in [*added, *changed]:
+                    rt = ModelRuntime(mc, self.metrics, new.server.limits, self._current_power)
+                    try:
+                        await rt.load(self._ladder_index(rt))
+                        staged[mc.name] = rt
+                    except Exception:
+                        errors.append(f"{mc.name}: {rt.error}")
+                        await rt.close()
+            finally:
+                extend.cancel()
             if errors:
                 for rt in staged.values():
                     await rt.close()
@@ -616,20 +620,23 @@ class Server:
     async def _watchdog_loop(self) -> None:
         """Ping systemd only while the loop runs (this task) and no worker is stuck."""
         interval = self.notifier.watchdog_interval()
-        stall = self.config.server.drain_timeout_s  # reuse: a batch longer than this is stuck
-        stall = max(stall, 1.0)
         status_every = 10.0
         last_status = 0.0
+        was_stuck: list[str] = []
         while True:
             now = time.monotonic()
+            stall = self.config.server.stall_timeout_s  # a batch running longer is stuck
             stuck = [m.name for m in self.models.values()
                      if m.batcher.busy and now - m.batcher.last_progress > stall]
-            if interval is not None:
+            if stuck != was_stuck:
                 if stuck:
-                    log.error("watchdog: no progress on model(s) %s for > %.0f s; "
+                    log.error("watchdog: no progress on model(s) %s for > %.1f s; "
                               "withholding WATCHDOG=1", ",".join(stuck), stall)
                 else:
-                    self.notifier.watchdog()
+                    log.warning("watchdog: model(s) %s progress again", ",".join(was_stuck))
+                was_stuck = stuck
+            if interval is not None and not stuck:
+                self.notifier.watchdog()
             if now - last_status >= status_every:
                 last_status = now
                 self._answered_window.append((now, self._answered))

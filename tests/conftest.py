@@ -34,9 +34,10 @@ def digits_config(tmp: Path, *, extra_models: str = "", governor: str = "", serv
         f'[[models.variants]]\nname = "{n}"\nbackend = "onnxruntime"\n'
         f'path = "{MODELS / (n + ".onnx")}"\n[models.variants.options]\nthreads = 1\n'
         for n in variants)
+    drain = "" if "drain_timeout_s" in server else "drain_timeout_s = 5.0"
     text = f"""
 [server]
-drain_timeout_s = 5.0
+{drain}
 {server}
 [metrics]
 listen = "off"

@@ -2,7 +2,8 @@
 
 Why: queueing, deadlines, freshest-frame and watchdog tests need a backend that is
 busy for a known while. This is a genuine ORT session (nothing mocked): a Loop of
-MatMul+Tanh over a [N,64] input, so each run costs trip_count small matmuls.
+MatMul+Tanh over a [N,64] input, run ``trip_count + int(max(x))`` times, so warm-up on
+zeros costs only the base count and a test can ask for a long "hang" through its data.
 """
 
 from __future__ import annotations
@@ -33,13 +34,16 @@ def make_slow_model(path: Path, trip_count: int) -> Path:
     )
     graph = helper.make_graph(
         [
+            helper.make_node("ReduceMax", ["x"], ["xmax"], keepdims=0),
+            helper.make_node("Cast", ["xmax"], ["extra"], to=TensorProto.INT64),
+            helper.make_node("Add", ["M0", "extra"], ["M"]),
             helper.make_node("Loop", ["M", "cond", "x"], ["y"], body=body),
         ],
         "slow",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])],
         initializer=[
-            numpy_helper.from_array(np.array(trip_count, dtype=np.int64), "M"),
+            numpy_helper.from_array(np.array(trip_count, dtype=np.int64), "M0"),
             numpy_helper.from_array(np.array(True), "cond"),
             numpy_helper.from_array(w, "W"),
         ],
