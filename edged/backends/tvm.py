@@ -139,6 +139,53 @@ def check_compatible(path: Path, meta: dict[str, Any], tvm_version: str) -> None
         )
 
 
+_ELF_MACHINES = {3: "x86", 62: "x86_64", 40: "arm", 183: "aarch64", 243: "riscv"}
+
+
+def check_elf(path: Path) -> None:
+    """Refuse a library that is not a complete ELF file for this CPU, before dlopen.
+
+    Why: dlopen maps segments by the offsets in the headers; a truncated library
+    maps pages past the end of the file and the process dies with SIGBUS when the
+    loader touches them, which no Python ``except`` can catch.
+    """
+    import struct
+
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(64)
+        if len(head) < 52 or head[:4] != b"\x7fELF":
+            raise ArtifactError(f"{path}: not a shared library (no ELF header); "
+                                "the file is corrupt or not a TVM export")
+        is64, little = head[4] == 2, head[5] == 1
+        e = "<" if little else ">"
+        machine = struct.unpack_from(e + "H", head, 18)[0]
+        if is64:
+            phoff, shoff = struct.unpack_from(e + "QQ", head, 32)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", head, 54)
+        else:
+            phoff, shoff = struct.unpack_from(e + "II", head, 28)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", head, 42)
+        ends = [phoff + phentsize * phnum, shoff + shentsize * shnum]
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        for i in range(phnum if len(table) == phentsize * phnum else 0):
+            if is64:
+                off, filesz = (struct.unpack_from(e + "Q", table, i * phentsize + 8)[0],
+                               struct.unpack_from(e + "Q", table, i * phentsize + 32)[0])
+            else:
+                off, filesz = (struct.unpack_from(e + "I", table, i * phentsize + 4)[0],
+                               struct.unpack_from(e + "I", table, i * phentsize + 16)[0])
+            ends.append(off + filesz)
+    if max(ends) > size:
+        raise ArtifactError(f"{path}: TVM library is truncated ({size} bytes, its headers "
+                            f"need {max(ends)}); recompile or copy it again")
+    arch = _ELF_MACHINES.get(machine)
+    here = normalize_arch(platform.machine())
+    if arch is not None and arch != here:
+        raise ArtifactError(f"{path}: library is for {arch}, but this machine is {here}")
+
+
 def _library_files(path: Path, meta: dict[str, Any]) -> dict[int | None, Path]:
     """Batch size (None = dynamic) -> library file, checked to exist and be intact."""
     from edged.compile.sidecar import sha256_file
@@ -193,6 +240,7 @@ class TvmBackend(Backend):
         self._tvm = tvm
         self._vms: dict[int | None, Any] = {}
         for size, f in sorted(files.items(), key=lambda kv: kv[0] or 0):
+            check_elf(f)
             try:
                 lib = tvm.runtime.load_module(str(f))
                 self._vms[size] = relax.VirtualMachine(lib, self.dev)

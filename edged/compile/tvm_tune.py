@@ -78,8 +78,8 @@ def _cpu_build_function() -> Any:
 
 def _progress_callback(total: int, label: str, enabled: bool) -> Any:
     from tqdm import tqdm
+    from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
-    from tvm.s_tir.meta_schedule.utils import derived_object
 
     bar = tqdm(total=total, desc=f"tvm: tuning {label}", unit="trial", disable=not enabled)
 
@@ -136,4 +136,6 @@ def tune(mod: Any, target: Any, db_dir: Path, s: TuneSettings, label: str) -> tu
     finally:
         bar.close()
     summary["trials"] = budget
+    summary["tasks_tuned"] = sum(
+        db.query_tuning_record(t.dispatched[0], target, t.task_name) is not None for t in todo)
     return db, summary

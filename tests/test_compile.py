@@ -1,0 +1,227 @@
+"""`edged compile` end to end on the shipped digits model, with real ORT and TVM.
+
+The main fixture compiles every CPU variant once (ort-opt, fp16, int8, dynamic-int8,
+untuned TVM; tensorrt is asked for too and must be skipped without a GPU) on a
+64-sample slice of the validation set; the other tests re-validate, break or tune
+copies. Speed figures use few runs: only their presence is checked here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from edged.compile import cli
+from edged.compile.sidecar import read_sidecar, sidecar_path, write_sidecar
+from edged.compile.validate import compare
+
+ROOT = Path(__file__).resolve().parent.parent
+DIGITS = ROOT / "models" / "digits"
+MODEL = DIGITS / "cnn-fp32.onnx"
+FAST = ["--bench-runs", "5", "--max-batch", "4", "--threads", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def val64(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    with np.load(DIGITS / "validation.npz") as z:
+        x, y = z["x"][:64], z["y"][:64]
+    p = tmp_path_factory.mktemp("val") / "val64.npz"
+    np.savez(p, x=x, y=y)
+    shutil.copy(DIGITS / "model.json", p.parent / "model.json")  # picked up automatically
+    return p
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory, val64: Path) -> tuple[Path, int, str]:
+    out = tmp_path_factory.mktemp("out")
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main([str(MODEL), "--out", str(out), "--val", str(val64), "--name", "digits",
+                       "--steps", "all", "--relative-to", str(out), *FAST])
+    return out, rc, buf.getvalue()
+
+
+def test_every_cpu_variant_is_built_validated_and_timed(compiled) -> None:
+    out, rc, log = compiled
+    assert rc == 0, log
+    assert "tensorrt:" in log  # skipped (no GPU) or built, never a failure
+    names = ["digits-fp32-opt.onnx", "digits-fp16.onnx", "digits-int8.onnx",
+             "digits-dynint8.onnx", "digits-tvm-llvm.so"]
+    for n in names:
+        meta = read_sidecar(out / n)
+        assert meta is not None, n
+        assert meta["source"]["sha256"] and meta["inputs"][0]["name"] == "input"
+        assert meta["outputs"][0]["shape"] == [-1, 10]
+        assert meta["validation"]["passed"] is True, (n, meta["validation"])
+        assert meta["validation"]["samples"] == 64
+        assert meta["speed"]["latency_ms_p50"] > 0 and meta["speed"]["throughput_per_s"] > 0
+    tvm_meta = read_sidecar(out / "digits-tvm-llvm.so")
+    assert tvm_meta["batch_sizes"] is None and tvm_meta["tools"]["tvm"]
+    assert tvm_meta["validation"]["agreement_pct"] == 100.0
+    assert tvm_meta["validation"]["max_abs_diff"] < 1e-3
+    int8 = read_sidecar(out / "digits-int8.onnx")
+    assert int8["precision"] == "int8" and int8["validation"]["drop_pct"] <= 2.0
+    assert int8["validation"]["agreement_pct"] >= 95.0
+
+
+def test_variants_toml_is_a_ladder(compiled) -> None:
+    out, _, _ = compiled
+    text = (out / "variants.toml").read_text()
+    doc = tomllib.loads(text)
+    variants = doc["models"]["variants"]
+    assert {v["backend"] for v in variants} <= {"onnxruntime", "tvm", "tensorrt"}
+    assert "digits-fp32" in {v["name"] for v in variants}
+    for v in variants:
+        assert (out / v["path"]).exists() or v["name"] == "digits-fp32", v
+    # Every measured variant has its figures in a comment, listed or commented out.
+    assert text.count("b=1 p50") >= 6
+    # Heaviest first: latencies in the comments never increase down the file.
+    lat = [float(line.split("b=1 p50 ")[1].split(" ms")[0])
+           for line in text.splitlines() if "b=1 p50" in line]
+    assert lat == sorted(lat, reverse=True)
+
+
+def _break(path: Path) -> None:
+    """Scale the first conv's weights by 1000: the model still runs, but badly."""
+    m = onnx.load(str(path))
+    conv = next(n for n in m.graph.node if n.op_type == "Conv")
+    init = next(i for i in m.graph.initializer if i.name == conv.input[1])
+    w = numpy_helper.to_array(init)
+    init.CopyFrom(numpy_helper.from_array((-w * 1000.0).astype(w.dtype), init.name))
+    onnx.save(m, str(path))
+
+
+def test_broken_variant_is_rejected_and_moved_aside(compiled, val64, tmp_path, capsys) -> None:
+    out, _, _ = compiled
+    shutil.copy(out / "source.json", tmp_path / "source.json")
+    bad = tmp_path / "digits-broken.onnx"
+    shutil.copy(MODEL, bad)
+    _break(bad)
+    write_sidecar(bad, {**read_sidecar(out / "digits-fp16.onnx"), "name": "digits-broken",
+                        "precision": "fp32", "validation": None, "speed": None})
+    good = tmp_path / "digits-fp16.onnx"
+    shutil.copy(out / "digits-fp16.onnx", good)
+    shutil.copy(sidecar_path(out / "digits-fp16.onnx"), sidecar_path(good))
+
+    rc = cli.main([str(MODEL), "--out", str(tmp_path), "--val", str(val64),
+                   "--name", "digits", "--steps", "validate", *FAST])
+    log = capsys.readouterr().out
+    assert rc == 1
+    assert "digits-broken.onnx: REJECTED" in log and "digits-fp16.onnx: ok" in log
+    assert not bad.exists() and (tmp_path / "rejected" / bad.name).exists()
+    assert (tmp_path / "rejected" / sidecar_path(bad).name).exists()
+    assert "digits-broken" not in (tmp_path / "variants.toml").read_text()
+
+    # --force keeps it, marked, and exits 0
+    shutil.move(tmp_path / "rejected" / bad.name, bad)
+    shutil.move(tmp_path / "rejected" / sidecar_path(bad).name, sidecar_path(bad))
+    rc = cli.main([str(MODEL), "--out", str(tmp_path), "--val", str(val64),
+                   "--name", "digits", "--steps", "validate", "--force", *FAST])
+    assert rc == 0
+    assert "FORCED" in (tmp_path / "variants.toml").read_text()
+
+
+def test_compare_without_labels_uses_agreement() -> None:
+    ref = np.eye(10)[np.arange(20) % 10]
+    out = ref.copy()
+    out[:3] = np.roll(out[:3], 1, axis=1)  # 3 of 20 disagree
+    v = compare(ref, out, None, max_drop=2.0)
+    assert v.accuracy_pct is None and v.agreement_pct == 85.0 and not v.passed
+    assert compare(ref, ref, None, 2.0).passed
+
+
+def test_int8_calibrated_from_an_image_folder(val64, tmp_path, capsys) -> None:
+    cv2 = pytest.importorskip("cv2")
+    imgs = tmp_path / "calib"
+    imgs.mkdir()
+    with np.load(val64) as z:
+        for i, img in enumerate(z["x"][:32]):
+            cv2.imwrite(str(imgs / f"{i:03d}.png"), img)
+    out = tmp_path / "out"
+    rc = cli.main([str(MODEL), "--out", str(out), "--steps", "int8", "--calib", str(imgs),
+                   "--preprocess", str(DIGITS / "model.json"), "--val", str(val64), *FAST])
+    log = capsys.readouterr().out
+    assert rc == 0, log
+    meta = read_sidecar(out / "cnn-int8.onnx")
+    assert "32 images" in meta["target"]["calibration"]
+    assert meta["validation"]["passed"]
+
+
+def test_tensorrt_alone_without_gpu_is_an_error(tmp_path, capsys) -> None:
+    try:
+        import tensorrt  # noqa: F401
+        pytest.skip("TensorRT installed: the step may build")
+    except ImportError:
+        pass
+    rc = cli.main([str(MODEL), "--out", str(tmp_path), "--steps", "tensorrt", *FAST])
+    assert rc == 1
+    assert "tensorrt: skipped — " in capsys.readouterr().out
+
+
+def test_bad_usage(tmp_path, capsys) -> None:
+    assert cli.main([str(MODEL), "--out", str(tmp_path), "--steps", "int9"]) == 2
+    assert cli.main([str(tmp_path / "nope.onnx"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown step(s) int9" in err and "model not found" in err
+
+
+def _tiny_model(path: Path) -> Path:
+    """conv-relu-GAP-gemm: few MetaSchedule tasks, so a tuning run stays short."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+
+    def init(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32),
+                                       name)
+
+    nodes = [helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("GlobalAveragePool", ["r1"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "w2", "b2"], ["logits"], transB=1)]
+    g = helper.make_graph(
+        nodes, "tiny",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 1, 28, 28])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        [init("w1", (8, 1, 3, 3)), init("b1", (8,)), init("w2", (10, 8)), init("b2", (10,))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.mark.timeout(600)
+def test_tuning_runs_and_its_database_is_reused(tmp_path, val64, capsys) -> None:
+    pytest.importorskip("cloudpickle")
+    model = _tiny_model(tmp_path / "tiny.onnx")
+    db = tmp_path / "db"
+    args = [str(model), "--out", str(tmp_path / "out"), "--steps", "tvm", "--val", str(val64),
+            "--batch-sizes", "1", "--tune-trials", "4", "--tune-trials-per-task", "1",
+            "--tune-strategy", "replay-trace", "--cost-model", "random",
+            "--tuning-db", str(db), *FAST]
+    assert cli.main(args) == 0, capsys.readouterr().out
+    first = read_sidecar(tmp_path / "out" / "tiny-tvm-llvm-tuned.so")["tuning"]["runs"]["1"]
+    assert first["tasks_tuned"] >= 1 and first["tasks_reused"] == 0
+    assert (db / "database_tuning_record.json").stat().st_size > 0
+    records = (db / "database_tuning_record.json").read_text().count("\n")
+
+    assert cli.main(args) == 0
+    second = read_sidecar(tmp_path / "out" / "tiny-tvm-llvm-tuned.so")["tuning"]["runs"]["1"]
+    assert second["tasks_reused"] == first["tasks_tuned"]
+    assert second["tasks_tuned"] == second["tasks"] - second["tasks_reused"]
+    if first["tasks_tuned"] == first["tasks"]:
+        assert second["trials"] == 0  # nothing left to tune
+        assert (db / "database_tuning_record.json").read_text().count("\n") == records
+    meta = json.loads(sidecar_path(tmp_path / "out" / "tiny-tvm-llvm-tuned.so").read_text())
+    assert meta["batch_sizes"] == [1] and meta["validation"]["max_abs_diff"] < 1e-3
