@@ -40,6 +40,7 @@ class ServerConfig:
     runtime_dir: Path | None = None
     drain_timeout_s: float = 10.0
     stall_timeout_s: float = 30.0
+    swap_memory_headroom_mb: float = 64.0
     log_level: str = "info"
     insecure: bool = False
     max_inflight_per_client: int = 1024
@@ -160,6 +161,8 @@ def _server(t: Table) -> ServerConfig:
         runtime_dir=runtime_dir,
         drain_timeout_s=t.get("drain_timeout_s", float, 10.0, check=non_negative),
         stall_timeout_s=t.get("stall_timeout_s", float, 30.0, check=positive),
+        swap_memory_headroom_mb=t.get("swap_memory_headroom_mb", float, 64.0,
+                                      check=non_negative),
         log_level=t.get("log_level", str, "info", choices=LOG_LEVELS),
         insecure=t.get("insecure", bool, False),
         max_inflight_per_client=t.get("max_inflight_per_client", int, 1024, check=positive),

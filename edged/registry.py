@@ -75,12 +75,14 @@ class ModelRuntime:
     """One configured model: its queue, worker thread, active variant and state."""
 
     def __init__(self, cfg: ModelConfig, metrics: Metrics, limits: Limits,
-                 power_w: Callable[[], float | None] | None = None) -> None:
+                 power_w: Callable[[], float | None] | None = None,
+                 swap_headroom_bytes: int = 64 << 20) -> None:
         self.cfg = cfg
         self.name = cfg.name
         self.metrics = metrics
         self.limits = limits
         self.power_w = power_w
+        self.swap_headroom_bytes = swap_headroom_bytes
         self.state = "loading"
         self.error: str | None = None
         self.active: Loaded | None = None
@@ -143,8 +145,12 @@ class ModelRuntime:
         self._pre_input = want or names[0]
 
     # -- hot swap -----------------------------------------------------------------------
-    async def swap_to(self, index: int, reason: str, headroom_bytes: int = 64 << 20) -> bool:
-        """Make variant ``index`` active; on any failure stay on the current one."""
+    async def swap_to(self, index: int, reason: str) -> bool:
+        """Make variant ``index`` active; on any failure stay on the current one.
+
+        Both variants are held while the new one loads when available memory exceeds
+        twice the new artifact's size plus ``swap_memory_headroom_mb``; otherwise the
+        swap drains first (requests wait in the queue, none fails)."""
         async with self._swap_lock:
             cur = self.active
             if cur is None or cur.index == index or self.state != "ready":
@@ -154,7 +160,8 @@ class ModelRuntime:
             t0 = time.perf_counter()
             try:
                 size = v.path.stat().st_size if v.path.exists() else 0
-                tight = psutil.virtual_memory().available < 2 * size + headroom_bytes
+                need = 2 * size + self.swap_headroom_bytes
+                tight = psutil.virtual_memory().available < need
                 if tight:
                     loaded = await self._swap_drained(cur, v, index)
                 else:

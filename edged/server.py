@@ -436,7 +436,8 @@ class Server:
         model is kept in state 'failed' (its requests get UNAVAILABLE with the reason)."""
         runtimes = []
         for mc in models:
-            rt = ModelRuntime(mc, self.metrics, self.config.server.limits, self._current_power)
+            rt = ModelRuntime(mc, self.metrics, self.config.server.limits, self._current_power,
+                              _headroom(self.config))
             self.models[mc.name] = rt
             runtimes.append(rt)
         extend = asyncio.get_running_loop().create_task(self._extend_timeout_while_loading())
@@ -499,7 +500,8 @@ class Server:
             extend = asyncio.get_running_loop().create_task(self._extend_timeout_while_loading())
             try:
                 for mc in [*added, *changed]:
-                    rt = ModelRuntime(mc, self.metrics, new.server.limits, self._current_power)
+                    rt = ModelRuntime(mc, self.metrics, new.server.limits, self._current_power,
+                                      _headroom(new))
                     try:
                         await rt.load(self._ladder_index(rt))
                         staged[mc.name] = rt
@@ -798,6 +800,10 @@ def _total_power(readings: Any) -> float | None:
         if isinstance(v, (int, float)):
             return float(v)
     return None
+
+
+def _headroom(cfg: Config) -> int:
+    return int(cfg.server.swap_memory_headroom_mb * (1 << 20))
 
 
 def _keep_metrics(new: Config, old: Config) -> Config:
