@@ -321,17 +321,48 @@ def format_status(r: dict[str, Any]) -> str:
     if not g:
         lines.append("governor  disabled")
     else:
-        lines.append(f"governor  level {g.get('level')}" + (" (pinned)" if g.get("pinned") else "")
-                     + f"  headroom {g.get('headroom')}")
-        if g.get("reason"):
-            lines.append(f"  why: {g['reason']}")
-        readings = g.get("readings") or {}
-        for k, v in readings.items():
-            if v not in (None, {}, []):
-                lines.append(f"  {k}: {v}")
+        lines.extend(_format_governor(g))
     if r.get("last_reload"):
         lines.append(f"last reload: {json.dumps(r['last_reload'])}")
     return "\n".join(lines)
+
+
+def _format_governor(g: dict[str, Any]) -> list[str]:
+    if "error" in g and "level" not in g:
+        return [f"governor  error: {g['error']}"]
+    head = f"governor  level {g.get('level')}"
+    if g.get("pinned"):
+        head += f" (pinned by operator; automatic: {g.get('automatic_level')})"
+    if g.get("headroom") is not None:
+        head += f"   headroom {g['headroom']:.2f} (1.00 = first threshold)"
+    out = [head]
+    if g.get("reason"):
+        out.append(f"  why          {g['reason']}")
+    acts = {k: v for k, v in (g.get("actions") or {}).items() if v}
+    if acts:
+        out.append("  actions      " + ", ".join(f"{k}={v}" for k, v in acts.items()))
+    rd = g.get("readings") or {}
+    temps = rd.get("temperatures") or {}
+    if temps:
+        out.append("  temperature  " + ", ".join(f"{k} {v:.1f} °C" for k, v in temps.items()))
+    power = rd.get("power") or {}
+    if power:
+        total = rd.get("total_power_w")
+        out.append("  power        " + ", ".join(f"{k} {v:.2f} W" for k, v in power.items())
+                   + (f"   (total {total:.2f} W)" if total is not None else ""))
+    if rd.get("battery_ratio") is not None:
+        plugged = {True: "plugged in", False: "on battery"}.get(rd.get("battery_plugged"), "")
+        out.append(f"  battery      {100 * rd['battery_ratio']:.0f}% {plugged}")
+    flags = [k for k, v in (rd.get("throttled") or {}).items() if v]
+    if flags:
+        out.append("  throttled    " + ", ".join(flags))
+    stale = rd.get("stale") or []
+    if stale:
+        out.append("  stale        " + ", ".join(sorted(stale)))
+    levels = g.get("seconds_per_level") or {}
+    if levels:
+        out.append("  time/level   " + ", ".join(f"{k} {v:.0f} s" for k, v in levels.items()))
+    return out
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
