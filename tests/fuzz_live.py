@@ -75,7 +75,7 @@ def _dumps(obj: Any) -> bytes:
 class Generator:
     """Deterministic (per seed) stream of hostile messages and what each may get back."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, exclude: frozenset[str] = frozenset()) -> None:
         self.rng = random.Random(seed)
         x = np.load(MODELS / "validation.npz")["x"][:16]
         self.tensors = [(x[i].astype(np.float32) / 255.0)[None, None].tobytes()
@@ -99,7 +99,7 @@ class Generator:
             ("over-total-size", self._over_total, 1),
             ("valid-odd-options", self._odd_options, 6),
         ]
-        self._weights = [w for _, _, w in self.kinds]
+        self._weights = [0 if k in exclude else w for k, _, w in self.kinds]
 
     def __iter__(self) -> Iterator[Msg]:
         return self
@@ -279,10 +279,9 @@ class Lane:
         s.connect(self.endpoint)
         return s
 
-    def reopen(self) -> None:
+    def reopen_fresh(self) -> None:
         """A fresh socket, and a fresh routing id: late replies to the old one must not
         land here and be taken for answers to the next message."""
-        self.sock.close(0)
         if self.routing_id is not None:
             self.routing_id = b"\x01" + os.urandom(len(self.routing_id) - 1)
         self.sock = self._open()
@@ -296,7 +295,8 @@ class Report:
     messages: int = 0
     elapsed_s: float = 0.0
     by_kind: dict[str, Counter[str]] = field(default_factory=dict)
-    lost: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # never answered (within timeout + grace)
+    late: list[str] = field(default_factory=list)  # answered, but after the reply timeout
     unexpected: list[str] = field(default_factory=list)
     id_mismatch: list[str] = field(default_factory=list)
     oversize_dropped: int = 0
@@ -333,6 +333,7 @@ class Report:
             "statuses": dict(self.statuses()),
             "by_kind": {k: dict(v) for k, v in sorted(self.by_kind.items())},
             "lost": len(self.lost), "lost_sample": self.lost[:10],
+            "late": len(self.late), "late_sample": self.late[:10],
             "unexpected": len(self.unexpected), "unexpected_sample": self.unexpected[:10],
             "id_mismatch": len(self.id_mismatch), "id_mismatch_sample": self.id_mismatch[:10],
             "oversize_frames_dropped": self.oversize_dropped,
@@ -440,12 +441,17 @@ def oversize_frames(endpoint: str, n: int, report: Report) -> None:
 
 
 def run_fuzz(tcp: str, ipc: str, pid: int, messages: int, seed: int = 0, lanes: int = 8,
-             reply_timeout_s: float = 10.0, warmup_fraction: float = 0.1,
+             reply_timeout_s: float = 10.0, grace_s: float = 60.0,
+             warmup_fraction: float = 0.1, exclude: frozenset[str] = frozenset(),
              progress: Callable[[Report], None] | None = None) -> Report:
+    """``messages`` hostile messages; a message unanswered after ``reply_timeout_s`` frees
+    its lane (a fresh socket) and is *late* if its reply still comes within ``grace_s``
+    on the old socket, *lost* if not."""
     rep = Report()
     rng = random.Random(seed ^ 0x5EED)
     ctx = zmq.Context.instance()
-    gen = Generator(seed)
+    gen = Generator(seed, exclude)
+    stale: list[tuple[zmq.Socket[Any], Msg, float]] = []  # (old socket, message, sent at)
     rep.rss_start = rep.rss_max = _rss(pid)
     valid = ValidClient(ipc, rep)
     valid.start()
@@ -506,13 +512,11 @@ def run_fuzz(tcp: str, ipc: str, pid: int, messages: int, seed: int = 0, lanes: 
                 if ln.sock in events:
                     record(ln, ln.sock.recv_multipart())
                 elif ln.msg is not None and now - ln.sent_at > reply_timeout_s:
-                    m = ln.msg
-                    rep.lost.append(f"{m.kind} {m.rid}: no reply in {reply_timeout_s} s; "
-                                    f"frames={[len(f) for f in m.frames][:8]} "
-                                    f"head={m.frames[0][:200]!r}")
+                    # Park the old socket to see whether the reply is late or lost, and
+                    # give the lane a fresh one (a REQ socket waiting cannot send again).
+                    stale.append((ln.sock, ln.msg, ln.sent_at))
                     ln.msg = None
-                    poller.unregister(ln.sock)
-                    ln.reopen()  # a REQ socket waiting for a reply cannot send again
+                    ln.reopen_fresh()
                     poller.register(ln.sock, zmq.POLLIN)
                 if ln.msg is None and sent < messages:
                     send(ln)
@@ -528,7 +532,22 @@ def run_fuzz(tcp: str, ipc: str, pid: int, messages: int, seed: int = 0, lanes: 
                 rep.elapsed_s = now - t0
                 if progress is not None:
                     progress(rep)
-            if sent >= messages and all(ln.msg is None for ln in lane_list):
+            for entry in list(stale):
+                old, m, t_sent = entry
+                if old in events:
+                    frames = old.recv_multipart()
+                    rep.late.append(f"{m.kind} {m.rid}: answered after {now - t_sent:.1f} s "
+                                    f"({frames[-1][:120]!r})")
+                elif now - t_sent <= reply_timeout_s + grace_s:
+                    continue
+                else:
+                    rep.lost.append(f"{m.kind} {m.rid}: no reply in "
+                                    f"{reply_timeout_s + grace_s:.0f} s; frames="
+                                    f"{[len(f) for f in m.frames][:8]} head={m.frames[0][:200]!r}")
+                stale.remove(entry)
+                poller.unregister(old)
+                old.close(0)
+            if sent >= messages and all(ln.msg is None for ln in lane_list) and not stale:
                 break
         rep.elapsed_s = time.monotonic() - t0  # the rate covers the lanes only
         oversize_frames(tcp, 10, rep)
@@ -539,6 +558,8 @@ def run_fuzz(tcp: str, ipc: str, pid: int, messages: int, seed: int = 0, lanes: 
         valid.join(15)
         for ln in lane_list:
             ln.close()
+        for old, _, _ in stale:
+            old.close(0)
     rep.daemon_alive = rep.daemon_alive and _alive(pid)
     if rep.daemon_alive:
         rep.rss_end = _rss(pid)
