@@ -355,7 +355,7 @@ def _move_aside(path: Path, meta: dict[str, Any]) -> Path:
 def _existing_artifacts(out: Path) -> list[Path]:
     from edged.compile import ladder
 
-    return [e["_artifact"] for e in ladder.collect(out) if "step" in e]
+    return [e["_artifact"] for e in ladder.collect(out) if not e.get("_source")]
 
 
 # -- main --------------------------------------------------------------------------------

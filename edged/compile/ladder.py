@@ -30,6 +30,7 @@ def collect(out_dir: Path) -> list[dict[str, Any]]:
     if src.exists():
         doc = json.loads(src.read_text())
         doc["_artifact"] = Path(doc["source"]["path"])
+        doc["_source"] = True
         entries.append(doc)
     for p in sorted(out_dir.glob("*.json")):
         if p.name == SOURCE_RECORD:

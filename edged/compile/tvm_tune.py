@@ -38,18 +38,27 @@ class TuneSettings:
     progress: bool = True
 
 
-def _light_tensor_intrin(target_kind: str) -> None:
-    """Register only the CPU tensor intrinsics (see module docstring)."""
-    name = "tvm.s_tir.tensor_intrin"
+_INTRIN = "tvm.s_tir.tensor_intrin"
+
+
+def _light_tensor_intrin(target_kind: str) -> bool:
+    """Register only the CPU tensor intrinsics (see module docstring).
+
+    Returns True when a stand-in package was put in ``sys.modules``; the caller
+    removes it after tuning (``_drop_stand_in``) so a later ``import`` of the real
+    package still registers the GPU intrinsics (the CPU submodules stay imported).
+    """
+    name = _INTRIN
     if target_kind != "llvm" or name in sys.modules:
-        return
+        return False
     spec = importlib.util.find_spec(name)
     if spec is None or spec.submodule_search_locations is None:
-        return
+        return False
     pkg = types.ModuleType(name)
     pkg.__path__ = list(spec.submodule_search_locations)
     pkg.__spec__ = spec
     pkg.__file__ = spec.origin
+    pkg._edged_stand_in = True  # type: ignore[attr-defined]
     sys.modules[name] = pkg
     try:
         importlib.import_module(name + ".x86")
@@ -57,6 +66,13 @@ def _light_tensor_intrin(target_kind: str) -> None:
     except Exception:  # fall back to the real package
         for k in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
             del sys.modules[k]
+        return False
+    return True
+
+
+def _drop_stand_in() -> None:
+    if getattr(sys.modules.get(_INTRIN), "_edged_stand_in", False):
+        del sys.modules[_INTRIN]
 
 
 def _cpu_build_function() -> Any:
@@ -101,7 +117,15 @@ def open_database(db_dir: Path) -> Any:
 
 def tune(mod: Any, target: Any, db_dir: Path, s: TuneSettings, label: str) -> tuple[Any, dict]:
     """Tune the tasks of fused ``mod`` that ``db_dir`` has no record for."""
-    _light_tensor_intrin(target.kind.name)
+    stand_in = _light_tensor_intrin(target.kind.name)
+    try:
+        return _tune(mod, target, db_dir, s, label)
+    finally:
+        if stand_in:
+            _drop_stand_in()
+
+
+def _tune(mod: Any, target: Any, db_dir: Path, s: TuneSettings, label: str) -> tuple[Any, dict]:
     from tvm.s_tir import meta_schedule as ms
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)

@@ -39,7 +39,8 @@ class Validation:
     passed: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        return {k: (float(f"{v:.6g}") if isinstance(v, float) else v)
+                for k, v in asdict(self).items()}
 
     def summary(self) -> str:
         acc = (f"accuracy {self.accuracy_pct:.2f}% (original {self.reference_accuracy_pct:.2f}%,"
