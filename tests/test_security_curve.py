@@ -259,7 +259,7 @@ def test_client_with_a_refused_key_times_out_instead_of_hanging(curve_daemon: Da
     try:
         r = subprocess.run([sys.executable, "-c", REFUSED_CLIENT, curve_daemon.tcp,
                             str(keys.server_public), str(keys.issued / "mallory.key_secret")],
-                           capture_output=True, text=True, timeout=15, cwd=str(ROOT))
+                           capture_output=True, text=True, timeout=10, cwd=str(ROOT))
     except subprocess.TimeoutExpired:
         pytest.fail("Client blocked in send() after a refused CURVE handshake")
     assert "all timed out cleanly" in r.stdout, r.stderr
@@ -355,7 +355,8 @@ server_secret_key = "{key}"
 clients_dir = "{keys.clients_dir}"
 """)
     try:
-        r = edged(*serve_args(cfg, tmp_path, f"tcp://127.0.0.1:{free_port()}"), timeout=15)
+        # Fails in _bind, before any model loads: seconds even on a busy machine.
+        r = edged(*serve_args(cfg, tmp_path, f"tcp://127.0.0.1:{free_port()}"), timeout=8)
     except subprocess.TimeoutExpired:
         pytest.fail("the daemon printed its error but did not exit (hangs in ctx.term())")
     assert r.returncode == 1, r.stderr

@@ -1,0 +1,47 @@
+"""A short soak in CI (issue 6): scripts/soak for ~30 s against a real daemon.
+
+The full run is ``scripts/soak`` (10 minutes by default). Here: 30 s of steady mixed
+load (valid, invalid, expiring and superseded stream requests from three client
+processes at 80 % of measured capacity). Every request sent must get exactly one
+reply, valid answers must be correct, and the daemon's RSS may grow at most 20 %
+from the end of warm-up (10 s) to the end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+RSS_GROWTH_BOUND_PCT = 20.0
+
+
+def test_short_soak_loses_nothing_and_memory_stays_flat(tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "soak"), "--duration", "30",
+         "--capacity-seconds", "3", "--warmup", "10", "--window", "10", "--clients", "3",
+         "--max-rss-growth", str(RSS_GROWTH_BOUND_PCT), "--json", str(out)],
+        capture_output=True, text=True, timeout=240, cwd=str(ROOT))
+    assert out.exists(), r.stdout + r.stderr
+    rep = json.loads(out.read_text())
+    summary = r.stdout
+    assert rep["lost"] == 0, summary
+    assert rep["sent"] == rep["received"] > 1000, summary
+    assert rep["duplicates"] == 0 and rep["unattributed_replies"] == 0, summary
+    assert rep["wrong_answers"] == 0 and not rep["unexpected"], summary
+    assert rep["daemon_alive_at_end"] and rep["daemon_exit_code"] == 0, summary
+    assert rep["daemon_log_tracebacks"] == 0, rep.get("daemon_log_tail")
+    # Each part of the mix was sent and answered as it should be.
+    kinds = rep["by_kind"]
+    assert kinds["valid"].get("OK", 0) > 0.9 * rep["sent_by_kind"]["valid"], summary
+    assert set(kinds["invalid"]) <= {"INVALID_ARGUMENT", "NOT_FOUND", "UNSUPPORTED_VERSION"}
+    assert kinds["expired"].get("DEADLINE_EXCEEDED", 0) > 0, summary
+    assert set(kinds["stream"]) <= {"OK", "DROPPED", "RESOURCE_EXHAUSTED"}, summary
+    assert len(rep["latency_windows"]) >= 3, summary
+    assert rep["rss_growth_pct"] is not None
+    assert rep["rss_growth_pct"] < RSS_GROWTH_BOUND_PCT, summary
+    assert rep["ok"] and r.returncode == 0, summary
