@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 import zmq
+import zmq.auth
 from conftest import MODELS, ROOT, Daemon, digits_config, free_port
 
 from edged.client import Client, ClientTimeout, build_infer
@@ -188,8 +190,6 @@ def test_unknown_key_and_plain_clients_get_nothing(curve_daemon: Daemon, keys: K
 
     assert silent(d.tcp, infer_frames("wrong-server"), setup=wrong_server_key)
     # Raw bytes that are not even ZMTP.
-    import socket
-
     with socket.create_connection(("127.0.0.1", d.port), timeout=2) as raw:
         raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + os.urandom(512))
         raw.settimeout(1.0)
