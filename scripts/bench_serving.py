@@ -1,0 +1,926 @@
+#!/usr/bin/env python3
+"""Serving overhead and footprint of edged, as ratios against raw ONNX Runtime, in one run.
+
+What it measures (docs/benchmarks.md explains the targets and how to read them):
+
+Serving overhead, on one ONNX model (default: ``.cache/bench-models/mobilenetv2-fp32.onnx``,
+made by ``scripts/make_bench_models.py``):
+
+* raw in-process ONNX Runtime with the same session options as the daemon's variant
+  (intra-op threads, inter-op threads, graph optimisation, spinning): batch-1 latency
+  p50/p99, and throughput for every batch size 1..max (the best one is the reference);
+* the daemon (``edged serve`` in a subprocess, generated config for that model): batch-1
+  end-to-end latency of one client sending one request at a time, over ipc and tcp
+  (DEALER, raw float32 tensors, reply header decoded and output wrapped, as a real
+  client would). Raw and daemon latency are measured in interleaved rounds so that
+  both see the same background load;
+* 8 concurrent client *processes* (each its own ZeroMQ context, a few requests in
+  flight): daemon throughput (img/s) and request latency p50/p99.
+
+Footprint, with the default ``config.toml`` (its endpoints/metrics/runtime dir moved
+aside so it cannot collide with another daemon):
+
+* start -> ready: from ``Popen`` to the first OK ``health`` reply, and the daemon's own
+  ``ready ... startup_ms=`` log line (which starts after the interpreter and imports);
+* idle CPU of the daemon (all threads) over a quiet window, per-thread breakdown;
+* RSS of the daemon next to a bare process that only creates (and warms up, as the
+  daemon does) an ONNX Runtime session of the same model; for the default model and
+  for the benchmark model.
+
+Usage::
+
+    .venv/bin/python scripts/bench_serving.py                       # full run (~5 min)
+    .venv/bin/python scripts/bench_serving.py --quick               # ~1 min smoke run
+    .venv/bin/python scripts/bench_serving.py --model m.onnx --json out.json
+
+The machine should be otherwise idle: on a 2-core device every other process shows up
+in both the raw and the daemon numbers (the load average is recorded in the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = ROOT / ".cache" / "bench-models" / "mobilenetv2-fp32.onnx"
+DEFAULT_CONFIG = ROOT / "config.toml"
+
+# Targets from issue 2 (docs/benchmarks.md).
+TARGET_LATENCY_RATIO = 1.10  # daemon p50 / raw p50, batch 1, single client
+TARGET_THROUGHPUT_RATIO = 0.95  # daemon img/s (8 clients) / best raw img/s
+TARGET_READY_S = 2.0
+TARGET_IDLE_CPU_PCT = 1.0
+TARGET_RSS_DELTA_MB = 60.0
+
+MB = 1024.0 * 1024.0
+
+
+# == raw ONNX Runtime ======================================================================
+
+@dataclass(frozen=True)
+class OrtSettings:
+    """The variant's ``[models.variants.options]`` that shape a CPU session."""
+
+    threads: int = 2
+    inter_op_threads: int = 1
+    graph_optimization_level: str = "all"
+    allow_spinning: bool = False
+
+
+def make_session(path: Path, s: OrtSettings) -> Any:
+    """An InferenceSession built exactly as edged/backends/onnxruntime.py builds one."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[s.graph_optimization_level]
+    so.intra_op_num_threads = s.threads
+    so.inter_op_num_threads = s.inter_op_threads
+    so.log_severity_level = 3
+    spin = "1" if s.allow_spinning else "0"
+    so.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    so.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+
+
+_NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
+             "tensor(double)": np.float64, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8,
+             "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: str
+    item_shape: tuple[int, ...]  # without the batch dimension
+
+    def array(self, batch: int, seed: int = 0) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        shape = (batch, *self.item_shape)
+        dt = np.dtype(self.dtype)
+        if dt.kind == "f":
+            return rng.standard_normal(shape, dtype=np.float32).astype(dt)
+        return np.zeros(shape, dtype=dt)
+
+
+def session_inputs(sess: Any) -> list[InputSpec]:
+    specs = []
+    for a in sess.get_inputs():
+        dims = [d if isinstance(d, int) and d >= 0 else 1 for d in a.shape[1:]]
+        specs.append(InputSpec(a.name, np.dtype(_NP_TYPES[a.type]).name, tuple(dims)))
+    return specs
+
+
+def feeds_for(specs: Sequence[InputSpec], batch: int) -> dict[str, np.ndarray]:
+    return {s.name: s.array(batch, seed=i) for i, s in enumerate(specs)}
+
+
+def raw_latency_block(sess: Any, feeds: dict[str, np.ndarray], n: int) -> list[float]:
+    out = []
+    run = sess.run
+    for _ in range(n):
+        t0 = time.perf_counter()
+        run(None, feeds)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def raw_throughput(sess: Any, specs: Sequence[InputSpec], batch: int, seconds: float,
+                   min_iters: int = 5) -> float:
+    feeds = feeds_for(specs, batch)
+    for _ in range(2):
+        sess.run(None, feeds)
+    n = 0
+    t0 = time.perf_counter()
+    while True:
+        sess.run(None, feeds)
+        n += 1
+        el = time.perf_counter() - t0
+        if el >= seconds and n >= min_iters:
+            return batch * n / el
+
+
+# == the daemon ============================================================================
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bench_config(model: Path, settings: OrtSettings, max_batch: int, max_delay_ms: float,
+                 governor: bool) -> str:
+    """A config serving ``model`` as model "bench" with one ORT variant."""
+    gov = ('[governor]\nenabled = true\nsysfs_root = "/"\ninterval_s = 1.0\nlevels = "auto"\n'
+           if governor else "[governor]\nenabled = false\n")
+    return f"""# generated by scripts/bench_serving.py
+[server]
+drain_timeout_s = 5.0
+log_level = "info"
+
+[metrics]
+listen = "off"
+
+[[models]]
+name = "bench"
+required = true
+max_batch_size = {max_batch}
+max_queue = 1024
+max_delay_ms = {max_delay_ms}
+
+[[models.variants]]
+name = "fp32"
+backend = "onnxruntime"
+path = "{model.resolve()}"
+[models.variants.options]
+threads = {settings.threads}
+inter_op_threads = {settings.inter_op_threads}
+graph_optimization_level = "{settings.graph_optimization_level}"
+allow_spinning = {"true" if settings.allow_spinning else "false"}
+
+{gov}"""
+
+
+class Daemon:
+    """``edged serve`` in a subprocess on private endpoints; ready when health says OK."""
+
+    def __init__(self, config: Path, workdir: Path, metrics: bool = False) -> None:
+        self.workdir = workdir
+        self.runtime_dir = workdir / "run"
+        self.runtime_dir.mkdir(parents=True, exist_ok=True)
+        self.tcp = f"tcp://127.0.0.1:{free_port()}"
+        self.ipc = f"ipc://{self.runtime_dir}/edged.sock"
+        self.log_path = workdir / "daemon.log"
+        metrics_arg = f"127.0.0.1:{free_port()}" if metrics else "off"
+        args = [sys.executable, "-m", "edged", "serve", "--config", str(config),
+                "--endpoint", self.ipc, "--endpoint", self.tcp,
+                "--control", f"ipc://{self.runtime_dir}/control.sock",
+                "--runtime-dir", str(self.runtime_dir), "--metrics", metrics_arg]
+        env = dict(os.environ)
+        env.pop("NOTIFY_SOCKET", None)
+        env.pop("JOURNAL_STREAM", None)
+        self._log = self.log_path.open("wb")
+        self.t_popen = time.monotonic()
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=env, cwd=str(ROOT))
+        self.ready_s: float | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def startup_ms(self) -> float | None:
+        m = re.search(r"\bready\b.*startup_ms=(\d+(?:\.\d+)?)", self.log())
+        return float(m.group(1)) if m else None
+
+    def wait_ready(self, timeout: float = 120.0) -> float:
+        """Seconds from Popen to the first OK health reply (polled every ~5 ms)."""
+        import zmq
+
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RECONNECT_IVL, 5)  # the default 100 ms would blur start-up time
+        sock.connect(self.ipc)
+        end = self.t_popen + timeout
+        n = 0
+        try:
+            while time.monotonic() < end:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.log()}")
+                n += 1
+                sock.send(json.dumps({"v": 1, "op": "health", "id": n}).encode())
+                deadline = time.monotonic() + 0.25
+                while time.monotonic() < deadline:
+                    if not sock.poll(5):
+                        continue
+                    h = json.loads(sock.recv())
+                    if h.get("status") == "OK":
+                        self.ready_s = time.monotonic() - self.t_popen
+                        return self.ready_s
+                    break  # UNAVAILABLE while loading: ask again
+                time.sleep(0.005)
+        finally:
+            sock.close(0)
+            ctx.term()
+        raise RuntimeError(f"daemon not ready after {timeout} s:\n{self.log()}")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def infer_header(model: str, specs: Sequence[InputSpec], batch: int) -> tuple[bytes, bytes]:
+    """Prefix/suffix of a request header around its integer id (built once per client)."""
+    inputs = [{"name": s.name, "dtype": s.dtype, "shape": [batch, *s.item_shape]}
+              for s in specs]
+    rest = json.dumps({"op": "infer", "model": model, "inputs": inputs},
+                      separators=(",", ":")).encode()
+    return b'{"v":1,"id":', b"," + rest[1:]
+
+
+def _decode_ok(frames: list[Any]) -> dict[str, Any]:
+    """What a minimal client does with a reply: parse the header, wrap each output."""
+    h = json.loads(frames[0].bytes)
+    if h.get("status") != "OK":
+        raise RuntimeError(f"daemon answered {h.get('status')}: {h.get('error')}")
+    for meta, f in zip(h["outputs"], frames[1:], strict=True):
+        np.frombuffer(f.buffer, dtype=meta["dtype"]).reshape(meta["shape"])
+    return h
+
+
+class LatencyClient:
+    """One DEALER socket sending one request at a time (what a camera loop does)."""
+
+    def __init__(self, endpoint: str, model: str, specs: Sequence[InputSpec]) -> None:
+        import zmq
+
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.pre, self.post = infer_header(model, specs, 1)
+        self.frames = [np.ascontiguousarray(a) for a in feeds_for(specs, 1).values()]
+        self.n = 0
+        self.server_us: list[tuple[int, int, int]] = []  # queue_us, compute_us, total_us
+
+    def block(self, n: int) -> list[float]:
+        out = []
+        sock = self.sock
+        for _ in range(n):
+            self.n += 1
+            t0 = time.perf_counter()
+            sock.send_multipart([self.pre + str(self.n).encode() + self.post, *self.frames],
+                                copy=False)
+            if not sock.poll(30000):
+                raise RuntimeError("no reply within 30 s")
+            frames = sock.recv_multipart(copy=False)
+            h = _decode_ok(frames)
+            out.append(time.perf_counter() - t0)
+            t = h.get("timing", {})
+            self.server_us.append((t.get("queue_us", 0), t.get("compute_us", 0),
+                                   t.get("total_us", 0)))
+        return out
+
+    def close(self) -> None:
+        self.sock.close(0)
+        self.ctx.term()
+
+
+def load_worker(endpoint: str, model: str, specs: list[InputSpec], inflight: int,
+                go: Any, t_go: Any, t_end: Any, ready: Any, results: Any, seed: int) -> None:
+    """One client process: keeps ``inflight`` requests outstanding until ``t_end``."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    pre, post = infer_header(model, specs, 1)
+    frames = [np.ascontiguousarray(s.array(1, seed=seed + i)) for i, s in enumerate(specs)]
+    sent: dict[int, float] = {}
+    nid = 0
+
+    def send() -> None:
+        nonlocal nid
+        nid += 1
+        sent[nid] = time.monotonic()
+        sock.send_multipart([pre + str(nid).encode() + post, *frames], copy=False)
+
+    err = ""
+    try:
+        for _ in range(3):  # warm-up: connection set up, first replies
+            send()
+            if not sock.poll(60000):
+                raise RuntimeError("no warm-up reply within 60 s")
+            _decode_ok(sock.recv_multipart(copy=False))
+        sent.clear()
+        ready.put(seed)
+        go.wait()
+        end = t_end.value
+        t_send: list[float] = []
+        t_recv: list[float] = []
+        for _ in range(inflight):
+            send()
+        while sent:
+            if not sock.poll(30000):
+                raise RuntimeError("no reply within 30 s")
+            h = _decode_ok(sock.recv_multipart(copy=False))
+            now = time.monotonic()
+            t_send.append(sent.pop(int(h["id"])))
+            t_recv.append(now)
+            if now < end:
+                send()
+    except Exception as e:  # report, never hang the parent
+        err = f"{type(e).__name__}: {e}"
+        t_send, t_recv = [], []
+    finally:
+        sock.close(0)
+        ctx.term()
+    results.put({"seed": seed, "t_send": t_send, "t_recv": t_recv, "error": err})
+
+
+def run_load(endpoint: str, model: str, specs: list[InputSpec], clients: int, inflight: int,
+             seconds: float, ramp_s: float) -> dict[str, Any]:
+    """``clients`` processes; throughput and latency over [go + ramp, end]."""
+    mpc = mp.get_context("spawn")
+    go = mpc.Event()
+    t_go = mpc.Value("d", 0.0)
+    t_end = mpc.Value("d", 0.0)
+    ready = mpc.Queue()
+    results = mpc.Queue()
+    procs = [mpc.Process(target=load_worker, args=(endpoint, model, specs, inflight, go, t_go,
+                                                   t_end, ready, results, 1000 * (i + 1)),
+                         daemon=True) for i in range(clients)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    start = time.monotonic() + 0.05
+    t_go.value = start
+    t_end.value = start + ramp_s + seconds
+    go.set()
+    outs = [results.get(timeout=ramp_s + seconds + 120) for _ in procs]
+    for p in procs:
+        p.join(10)
+    errors = [o["error"] for o in outs if o["error"]]
+    if errors:
+        raise RuntimeError(f"load clients failed: {errors[0]}")
+    w0, w1 = start + ramp_s, t_end.value
+    ts = np.concatenate([np.asarray(o["t_send"]) for o in outs])
+    tr = np.concatenate([np.asarray(o["t_recv"]) for o in outs])
+    in_window = (tr >= w0) & (tr <= w1)
+    lat = (tr - ts)[in_window & (ts >= w0)]
+    n = int(in_window.sum())
+    return {"clients": clients, "inflight_per_client": inflight, "window_s": w1 - w0,
+            "requests": n, "img_per_s": n / (w1 - w0), "p50_ms": pct(lat, 50),
+            "p99_ms": pct(lat, 99)}
+
+
+# == footprint helpers =====================================================================
+
+def cpu_s(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """tid -> (thread name, cpu seconds)."""
+    out: dict[int, tuple[str, float]] = {}
+    with contextlib.suppress(psutil.Error):
+        for t in psutil.Process(pid).threads():
+            try:
+                name = Path(f"/proc/{pid}/task/{t.id}/comm").read_text().strip()
+            except OSError:
+                name = "?"
+            out[t.id] = (name, t.user_time + t.system_time)
+    return out
+
+
+def idle_cpu(pids: dict[str, int], seconds: float) -> dict[str, dict[str, Any]]:
+    """CPU % (of one core) each process used over the same quiet window, with top threads."""
+    procs = {k: psutil.Process(p) for k, p in pids.items()}
+    c0 = {k: cpu_s(p) for k, p in procs.items()}
+    th0 = {k: thread_cpu(p.pid) for k, p in procs.items()}
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    el = time.monotonic() - t0
+    res = {}
+    for k, p in procs.items():
+        th1 = thread_cpu(p.pid)
+        busy = []
+        for tid, (name, s1) in th1.items():
+            d = s1 - th0[k].get(tid, (name, 0.0))[1]
+            if d > 0:
+                busy.append((name, tid, d))
+        busy.sort(key=lambda x: -x[2])
+        res[k] = {"seconds": round(el, 1), "cpu_pct": 100.0 * (cpu_s(p) - c0[k]) / el,
+                  "threads": len(th1),
+                  "top_threads": [{"name": n, "tid": tid, "cpu_pct": round(100 * d / el, 3)}
+                                  for n, tid, d in busy[:5]]}
+    return res
+
+
+_BARE = r"""
+import json, sys, time
+t0 = time.monotonic()
+import numpy as np, psutil
+import onnxruntime as ort
+path, threads, inter, level, spin, max_batch = sys.argv[1:7]
+so = ort.SessionOptions()
+so.graph_optimization_level = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+so.intra_op_num_threads = int(threads)
+so.inter_op_num_threads = int(inter)
+so.log_severity_level = 3
+so.add_session_config_entry("session.intra_op.allow_spinning", spin)
+so.add_session_config_entry("session.inter_op.allow_spinning", spin)
+s = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+p = psutil.Process()
+rss_created = p.memory_info().rss
+types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(uint8)": np.uint8,
+         "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(double)": np.float64}
+def feeds(b):
+    return {a.name: np.zeros([b] + [d if isinstance(d, int) and d >= 0 else 1
+                                    for d in a.shape[1:]], types[a.type])
+            for a in s.get_inputs()}
+s.run(None, feeds(1))
+if int(max_batch) > 1:
+    s.run(None, feeds(int(max_batch)))
+print(json.dumps({"rss_created": rss_created, "rss_warm": p.memory_info().rss,
+                  "uss_warm": p.memory_full_info().uss,
+                  "seconds": time.monotonic() - t0}))
+"""
+
+
+def bare_session_rss(model: Path, s: OrtSettings, max_batch: int) -> dict[str, float]:
+    """RSS of a process that only imports ORT, creates the session and warms it up as the
+    daemon does (batch 1, then batch max_batch_size)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _BARE, str(model), str(s.threads), str(s.inter_op_threads),
+         s.graph_optimization_level, "1" if s.allow_spinning else "0", str(max_batch)],
+        capture_output=True, text=True, check=True, cwd=str(ROOT))
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"rss_created_mb": d["rss_created"] / MB, "rss_warm_mb": d["rss_warm"] / MB,
+            "uss_warm_mb": d["uss_warm"] / MB, "seconds": d["seconds"]}
+
+
+def rss_mb(pid: int) -> dict[str, float]:
+    p = psutil.Process(pid)
+    return {"rss_mb": p.memory_info().rss / MB, "uss_mb": p.memory_full_info().uss / MB}
+
+
+def default_model_settings(config: Path) -> tuple[Path, OrtSettings, int]:
+    """The default config's first (active at start) variant and its batch limit."""
+    import tomllib
+
+    cfg = tomllib.loads(config.read_text())
+    m = cfg["models"][0]
+    v = m["variants"][0]
+    o = v.get("options", {})
+    s = OrtSettings(threads=int(o.get("threads", 0)),
+                    inter_op_threads=int(o.get("inter_op_threads", 1)),
+                    graph_optimization_level=str(o.get("graph_optimization_level", "all")),
+                    allow_spinning=bool(o.get("allow_spinning", False)))
+    mb = int(m.get("max_batch_size", m.get("batching", {}).get("max_batch_size", 1)))
+    return (config.parent / v["path"]).resolve(), s, mb
+
+
+# == statistics & output ===================================================================
+
+def pct(xs: Any, q: float) -> float:
+    a = np.asarray(xs, dtype=np.float64)
+    return float(np.percentile(a, q) * 1000.0) if a.size else float("nan")
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def verdict(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def machine() -> dict[str, Any]:
+    import onnxruntime as ort
+    import zmq
+
+    model_name = platform.processor()
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                model_name = line.split(":", 1)[1].strip()
+    from edged import __version__ as edged_version
+
+    rev = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, cwd=str(ROOT)).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "edged"],
+                               capture_output=True, text=True, cwd=str(ROOT)).stdout.strip()
+        if dirty:
+            rev += f" (+{len(dirty.splitlines())} uncommitted file(s) in edged/)"
+    return {"cpu": model_name, "logical_cpus": os.cpu_count(),
+            "physical_cores": psutil.cpu_count(logical=False), "kernel": platform.release(),
+            "python": platform.python_version(), "onnxruntime": ort.__version__,
+            "numpy": np.__version__, "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version(),
+            "edged": edged_version, "git": rev}
+
+
+def fmt(x: float | None, nd: int = 2) -> str:
+    if x is None or (isinstance(x, float) and np.isnan(x)):
+        return "-"
+    return f"{x:.{nd}f}"
+
+
+def markdown(r: dict[str, Any]) -> str:
+    la0, la1 = r.get("loadavg_start", (0.0,))[0], r.get("loadavg_end", (0.0,))[0]
+    lines = [f"Load average (1 min) at start / end: {la0:.2f} / {la1:.2f}; niceness "
+             f"{r.get('nice', 0)}."]
+    if max(la0, la1) > 1.0:
+        lines.append("**The machine was busy: other processes are in these numbers; "
+                     "re-run on an idle machine before quoting them.**")
+    lines.append("")
+    s = r.get("serving")
+    if s:
+        raw, ipc, tcp, load = s["raw"], s["daemon_ipc"], s["daemon_tcp"], s["load"]
+        lines += [
+            f"Serving overhead: {s['model_name']} ({s['input']}), ORT threads="
+            f"{s['settings']['threads']} spinning={s['settings']['allow_spinning']}, "
+            f"daemon max_batch_size={s['max_batch']} max_delay_ms={s['max_delay_ms']}",
+            "",
+            "| measurement | raw ORT | daemon ipc | daemon tcp | ratio (ipc / tcp) | target |"
+            " met (ipc) |",
+            "|---|---|---|---|---|---|---|",
+            f"| batch-1 p50 latency, 1 client (ms) | {fmt(raw['p50_ms'])} | "
+            f"{fmt(ipc['p50_ms'])} | {fmt(tcp['p50_ms'])} | "
+            f"{fmt(s['ratios']['latency_p50_ipc'], 3)} / {fmt(s['ratios']['latency_p50_tcp'], 3)}"
+            f" | ≤ {TARGET_LATENCY_RATIO:.2f}× | "
+            f"{verdict(s['ratios']['latency_p50_ipc'] <= TARGET_LATENCY_RATIO)} |",
+            f"| batch-1 p50 ratio, median of per-round ipc/raw ratios | | | | "
+            f"{fmt(s['ratios']['latency_p50_ipc_paired'], 3)} / - | ≤ {TARGET_LATENCY_RATIO:.2f}×"
+            f" | {verdict(s['ratios']['latency_p50_ipc_paired'] <= TARGET_LATENCY_RATIO)} |",
+            f"| batch-1 p99 latency, 1 client (ms) | {fmt(raw['p99_ms'])} | "
+            f"{fmt(ipc['p99_ms'])} | {fmt(tcp['p99_ms'])} | "
+            f"{fmt(ratio(ipc['p99_ms'], raw['p99_ms']), 3)} / "
+            f"{fmt(ratio(tcp['p99_ms'], raw['p99_ms']), 3)} | - | - |",
+            f"| throughput (img/s): raw best batch={raw['best_batch']}; daemon "
+            f"{load['clients']} client procs × {load['inflight_per_client']} in flight "
+            f"({s['load_endpoint']}) | {fmt(raw['best_img_per_s'], 1)} | "
+            f"{fmt(load['img_per_s'], 1)} | | {fmt(s['ratios']['throughput'], 3)} | "
+            f"≥ {TARGET_THROUGHPUT_RATIO:.2f}× | "
+            f"{verdict(s['ratios']['throughput'] >= TARGET_THROUGHPUT_RATIO)} |",
+            f"| {load['clients']}-client request latency p50 / p99 (ms) | | "
+            f"{fmt(load['p50_ms'], 1)} / {fmt(load['p99_ms'], 1)} | | | - | - |",
+            "",
+            "Raw ORT throughput by batch size (img/s): " + ", ".join(
+                f"{b}: {fmt(v, 1)}" for b, v in raw["img_per_s_by_batch"].items()),
+            "",
+            "Daemon-side timing of the single-client ipc requests (medians, µs): "
+            f"queue {ipc['server_queue_us']:.0f}, compute {ipc['server_compute_us']:.0f}, "
+            f"receipt→reply {ipc['server_total_us']:.0f}; the client saw "
+            f"{ipc['p50_ms'] * 1000:.0f} µs, raw ORT {raw['p50_ms'] * 1000:.0f} µs.",
+            "",
+        ]
+    f = r.get("footprint")
+    if f:
+        st = f["startup"]
+        idle = f["idle"]
+        lines += [
+            "| footprint | value | target | met |",
+            "|---|---|---|---|",
+            f"| start → ready, default config.toml (Popen → first OK health; median of "
+            f"{len(st['ready_s'])}) | {fmt(st['ready_s_median'] * 1000, 0)} ms (daemon log "
+            f"startup_ms {fmt(st['startup_ms_median'], 0)}) | ≤ {TARGET_READY_S * 1000:.0f} ms"
+            f" | {verdict(st['ready_s_median'] <= TARGET_READY_S)} |",
+        ]
+        for key, label in (("default", "default config"), ("bench", "bench model, after load")):
+            if key in idle:
+                i = idle[key]
+                top = ", ".join(f"{t['name']} {t['cpu_pct']:.2f}%" for t in i["top_threads"][:3])
+                lines.append(f"| idle CPU, {label} ({i['seconds']:.0f} s, all {i['threads']} "
+                             f"threads; top: {top or 'none'}) | {i['cpu_pct']:.3f} % | ≤ "
+                             f"{TARGET_IDLE_CPU_PCT:.0f} % | "
+                             f"{verdict(i['cpu_pct'] <= TARGET_IDLE_CPU_PCT)} |")
+        for key, label in (("default", "default model"), ("bench", "bench model")):
+            m = f["rss"].get(key)
+            if m:
+                lines.append(
+                    f"| RSS, {label}: daemon {fmt(m['daemon_rss_mb'], 1)} MB vs bare ORT "
+                    f"session {fmt(m['bare_rss_warm_mb'], 1)} MB (warmed as the daemon does; "
+                    f"{fmt(m['bare_rss_created_mb'], 1)} MB just created) | "
+                    f"+{fmt(m['delta_mb'], 1)} MB | ≤ +{TARGET_RSS_DELTA_MB:.0f} MB | "
+                    f"{verdict(m['delta_mb'] <= TARGET_RSS_DELTA_MB)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# == phases ================================================================================
+
+@contextlib.contextmanager
+def workdir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="edged-bench-"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def serving_phase(a: argparse.Namespace, settings: OrtSettings, wd: Path,
+                  result: dict[str, Any]) -> None:
+    model = Path(a.model)
+    sess = make_session(model, settings)
+    specs = session_inputs(sess)
+    feeds1 = feeds_for(specs, 1)
+    print(f"[raw] {model.name}: inputs {[(s.name, s.dtype, s.item_shape) for s in specs]}",
+          flush=True)
+
+    # Throughput sweep first (it also warms the session).
+    by_batch: dict[int, float] = {}
+    for b in range(1, a.max_batch + 1):
+        by_batch[b] = raw_throughput(sess, specs, b, a.tput_seconds)
+        print(f"[raw] batch {b}: {by_batch[b]:.1f} img/s", flush=True)
+
+    cfg = wd / "bench.toml"
+    cfg.write_text(bench_config(model, settings, a.daemon_max_batch or a.max_batch,
+                                a.max_delay_ms, a.governor))
+    d = Daemon(cfg, wd / "bench")
+    try:
+        ready_s = d.wait_ready()
+        print(f"[daemon] ready in {ready_s * 1000:.0f} ms (bench model)", flush=True)
+        rss_ready = rss_mb(d.pid)
+
+        # Interleaved single-client latency: raw, ipc, tcp in rounds (same background load).
+        lat: dict[str, list[float]] = {"raw": [], "ipc": [], "tcp": []}
+        clients = {"ipc": LatencyClient(d.ipc, "bench", specs),
+                   "tcp": LatencyClient(d.tcp, "bench", specs)}
+        for c in clients.values():
+            c.block(a.warmup)
+        raw_latency_block(sess, feeds1, a.warmup)
+        per = max(1, a.runs // a.rounds)
+        paired: list[float] = []  # per-round p50 ratio ipc/raw: robust to slow load drifts
+        for i in range(a.rounds):
+            lat["raw"] += raw_latency_block(sess, feeds1, per)
+            lat["ipc"] += clients["ipc"].block(per)
+            lat["tcp"] += clients["tcp"].block(per)
+            paired.append(ratio(pct(lat["ipc"][-per:], 50), pct(lat["raw"][-per:], 50)))
+            print(f"[latency] round {i + 1}/{a.rounds}: p50 raw "
+                  f"{pct(lat['raw'][-per:], 50):.3f} ipc {pct(lat['ipc'][-per:], 50):.3f} "
+                  f"tcp {pct(lat['tcp'][-per:], 50):.3f} ms", flush=True)
+        server_ipc = np.asarray(clients["ipc"].server_us[a.warmup:], dtype=np.float64)
+        for c in clients.values():
+            c.close()
+
+        # Concurrent client processes.
+        ep = d.ipc if a.load_endpoint == "ipc" else d.tcp
+        load = run_load(ep, "bench", specs, a.clients, a.inflight, a.load_seconds, a.ramp_seconds)
+        print(f"[load] {a.clients} clients × {a.inflight}: {load['img_per_s']:.1f} img/s, "
+              f"p50 {load['p50_ms']:.1f} ms, p99 {load['p99_ms']:.1f} ms", flush=True)
+        rss_loaded = rss_mb(d.pid)
+
+        # Raw again at the best batch sizes: the reference is the best seen in this run.
+        best0 = max(by_batch, key=lambda b: by_batch[b])
+        for b in sorted({1, best0}):
+            again = raw_throughput(sess, specs, b, a.tput_seconds)
+            print(f"[raw] batch {b} again: {again:.1f} img/s", flush=True)
+            by_batch[b] = max(by_batch[b], again)
+        best = max(by_batch, key=lambda b: by_batch[b])
+        result["_bench_daemon"] = d  # the footprint phase measures its idle CPU
+    except BaseException:
+        d.stop()
+        print(d.log()[-3000:], file=sys.stderr)
+        raise
+    del sess
+
+    raw = {"p50_ms": pct(lat["raw"], 50), "p99_ms": pct(lat["raw"], 99), "n": len(lat["raw"]),
+           "img_per_s_by_batch": {b: round(v, 2) for b, v in by_batch.items()},
+           "best_batch": best, "best_img_per_s": by_batch[best]}
+    ipc = {"p50_ms": pct(lat["ipc"], 50), "p99_ms": pct(lat["ipc"], 99), "n": len(lat["ipc"]),
+           "server_queue_us": float(np.median(server_ipc[:, 0])),
+           "server_compute_us": float(np.median(server_ipc[:, 1])),
+           "server_total_us": float(np.median(server_ipc[:, 2]))}
+    tcp = {"p50_ms": pct(lat["tcp"], 50), "p99_ms": pct(lat["tcp"], 99), "n": len(lat["tcp"])}
+    result["serving"] = {
+        "model": str(model), "model_name": model.stem,
+        "input": ", ".join(f"{s.name} {s.dtype} [N,{','.join(map(str, s.item_shape))}]"
+                           for s in specs),
+        "settings": settings.__dict__, "max_batch": a.daemon_max_batch or a.max_batch,
+        "max_delay_ms": a.max_delay_ms, "governor": a.governor, "load_endpoint": a.load_endpoint,
+        "daemon_ready_ms": ready_s * 1000,
+        "raw": raw, "daemon_ipc": ipc, "daemon_tcp": tcp, "load": load,
+        "ratios": {"latency_p50_ipc": ratio(ipc["p50_ms"], raw["p50_ms"]),
+                   "latency_p50_tcp": ratio(tcp["p50_ms"], raw["p50_ms"]),
+                   "latency_p50_ipc_paired": float(np.median(paired)),
+                   "throughput": ratio(load["img_per_s"], raw["best_img_per_s"])},
+        "daemon_rss_ready_mb": rss_ready, "daemon_rss_after_load_mb": rss_loaded,
+    }
+
+
+def footprint_phase(a: argparse.Namespace, wd: Path, result: dict[str, Any]) -> None:
+    config = Path(a.config)
+    ready: list[float] = []
+    startup: list[float] = []
+    d: Daemon | None = None
+    for i in range(a.startups):
+        if d is not None:
+            d.stop()
+        d = Daemon(config, wd / f"default-{i}", metrics=True)
+        ready.append(d.wait_ready())
+        time.sleep(0.3)  # the log line is flushed right after READY
+        startup.append(d.startup_ms() or float("nan"))
+        print(f"[startup] {config.name}: ready after {ready[-1] * 1000:.0f} ms "
+              f"(daemon log startup_ms={startup[-1]:.0f})", flush=True)
+    assert d is not None
+    bench: Daemon | None = result.pop("_bench_daemon", None)
+    try:
+        time.sleep(2.0)  # let start-up work (first governor samples, GC) settle
+        pids = {"default": d.pid}
+        if bench is not None:
+            pids["bench"] = bench.pid
+        print(f"[idle] measuring CPU of {', '.join(pids)} for {a.idle_seconds:.0f} s", flush=True)
+        idle = idle_cpu(pids, a.idle_seconds)
+        for k, v in idle.items():
+            print(f"[idle] {k}: {v['cpu_pct']:.3f} % ({v['top_threads'][:3]})", flush=True)
+        rss: dict[str, Any] = {}
+        path, s, mb = default_model_settings(config)
+        dr = rss_mb(d.pid)
+        bare = bare_session_rss(path, s, mb)
+        rss["default"] = {"model": str(path), "daemon_rss_mb": dr["rss_mb"],
+                          "daemon_uss_mb": dr["uss_mb"], "bare_rss_warm_mb": bare["rss_warm_mb"],
+                          "bare_rss_created_mb": bare["rss_created_mb"],
+                          "bare_uss_warm_mb": bare["uss_warm_mb"],
+                          "delta_mb": dr["rss_mb"] - bare["rss_warm_mb"]}
+        if "serving" in result:
+            sv = result["serving"]
+            s2 = OrtSettings(**sv["settings"])
+            bare2 = bare_session_rss(Path(sv["model"]), s2, sv["max_batch"])
+            dr2 = sv["daemon_rss_ready_mb"]
+            rss["bench"] = {"model": sv["model"], "daemon_rss_mb": dr2["rss_mb"],
+                            "daemon_uss_mb": dr2["uss_mb"],
+                            "daemon_rss_after_load_mb": sv["daemon_rss_after_load_mb"]["rss_mb"],
+                            "bare_rss_warm_mb": bare2["rss_warm_mb"],
+                            "bare_rss_created_mb": bare2["rss_created_mb"],
+                            "bare_uss_warm_mb": bare2["uss_warm_mb"],
+                            "delta_mb": dr2["rss_mb"] - bare2["rss_warm_mb"]}
+        for k, v in rss.items():
+            print(f"[rss] {k}: daemon {v['daemon_rss_mb']:.1f} MB, bare {v['bare_rss_warm_mb']:.1f}"
+                  f" MB, delta {v['delta_mb']:+.1f} MB", flush=True)
+    finally:
+        d.stop()
+        if bench is not None:
+            bench.stop()
+    result["footprint"] = {
+        "config": str(config),
+        "startup": {"ready_s": ready, "ready_s_median": statistics.median(ready),
+                    "startup_ms": startup, "startup_ms_median": statistics.median(startup)},
+        "idle": idle, "rss": rss}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=str(DEFAULT_MODEL), help="ONNX model to serve")
+    ap.add_argument("--config", default=str(DEFAULT_CONFIG),
+                    help="config for the footprint phase (default: the shipped config.toml)")
+    ap.add_argument("--quick", action="store_true", help="short run (smoke test, noisy)")
+    ap.add_argument("--json", help="also write the results as JSON here")
+    ap.add_argument("--threads", type=int, default=2, help="ORT intra-op threads (both sides)")
+    ap.add_argument("--inter-op-threads", type=int, default=1)
+    ap.add_argument("--graph-optimization-level", default="all",
+                    choices=("disable", "basic", "extended", "all"))
+    ap.add_argument("--allow-spinning", action="store_true",
+                    help="ORT thread-pool spinning on (both sides; the daemon's default is off)")
+    ap.add_argument("--max-batch", type=int, default=8,
+                    help="raw throughput sweep 1..N, and the daemon's max_batch_size")
+    ap.add_argument("--daemon-max-batch", type=int, default=0,
+                    help="daemon max_batch_size if different from --max-batch")
+    ap.add_argument("--max-delay-ms", type=float, default=0.0, help="daemon max_delay_ms")
+    ap.add_argument("--no-governor", dest="governor", action="store_false",
+                    help="bench daemon without the governor (default: on, as in config.toml)")
+    ap.add_argument("--runs", type=int, help="batch-1 latency samples per mode")
+    ap.add_argument("--rounds", type=int, help="interleaved raw/ipc/tcp rounds")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--clients", type=int, default=8, help="concurrent client processes")
+    ap.add_argument("--inflight", type=int, default=2, help="requests in flight per client")
+    ap.add_argument("--load-endpoint", choices=("ipc", "tcp"), default="ipc")
+    ap.add_argument("--load-seconds", type=float, help="measured window of the load test")
+    ap.add_argument("--ramp-seconds", type=float, help="load test warm-up, not counted")
+    ap.add_argument("--tput-seconds", type=float, help="raw throughput time per batch size")
+    ap.add_argument("--startups", type=int, help="start->ready repetitions (median reported)")
+    ap.add_argument("--idle-seconds", type=float, help="idle CPU window")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="run this script, the daemons and the clients at this niceness "
+                         "(e.g. -10 on a shared machine; negative values need root)")
+    ap.add_argument("--no-serving", dest="serving", action="store_false")
+    ap.add_argument("--no-footprint", dest="footprint", action="store_false")
+    a = ap.parse_args(argv)
+    q = a.quick
+    defaults = {"runs": 100 if q else 1000, "rounds": 4 if q else 10,
+                "load_seconds": 5.0 if q else 20.0, "ramp_seconds": 1.0 if q else 2.0,
+                "tput_seconds": 1.0 if q else 3.0, "startups": 1 if q else 3,
+                "idle_seconds": 10.0 if q else 60.0}
+    for k, v in defaults.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if a.serving and not Path(a.model).is_file():
+        ap.error(f"{a.model} not found; build it with `.venv/bin/python "
+                 "scripts/make_bench_models.py` or pass --model")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    settings = OrtSettings(a.threads, a.inter_op_threads, a.graph_optimization_level,
+                           a.allow_spinning)
+    result: dict[str, Any] = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "quick": a.quick,
+        "machine": machine(), "loadavg_start": os.getloadavg()}
+    if a.nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, a.nice)  # inherited by daemons and clients
+        except OSError as e:
+            print(f"warning: cannot set niceness {a.nice}: {e}", file=sys.stderr)
+    result["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+    la = os.getloadavg()[0]
+    if la > 0.5:
+        print(f"warning: load average {la:.2f} before the run; other processes will show up "
+              "in the numbers", file=sys.stderr)
+    with workdir() as wd:
+        try:
+            if a.serving:
+                serving_phase(a, settings, wd, result)
+            if a.footprint:
+                footprint_phase(a, wd, result)
+        finally:
+            d = result.pop("_bench_daemon", None)
+            if d is not None:
+                d.stop()
+    result["loadavg_end"] = os.getloadavg()
+    table = markdown(result)
+    print()
+    print(table)
+    if a.json:
+        Path(a.json).write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(f"results: {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
