@@ -48,6 +48,9 @@ class Client:
         self.ctx = context or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        # A DEALER with no connected peer (daemon down, CURVE handshake refused) blocks
+        # in send(); bound it like the reply wait.
+        self.sock.setsockopt(zmq.SNDTIMEO, int(timeout_s * 1000))
         if server_public_key is not None:
             from zmq.auth import load_certificate
 
@@ -77,7 +80,12 @@ class Client:
     def send(self, header: dict[str, Any], frames: list[Any] | None = None) -> Any:
         header = {"v": 1, **header}
         header.setdefault("id", next(self._ids))
-        self.sock.send_multipart([json.dumps(header).encode(), *(frames or [])], copy=False)
+        try:
+            self.sock.send_multipart([json.dumps(header).encode(), *(frames or [])], copy=False)
+        except zmq.Again:
+            raise ClientTimeout(f"could not send within {self.timeout_ms} ms: no daemon "
+                                "accepted the connection (down, or the CURVE key was refused)") \
+                from None
         return header["id"]
 
     def recv(self, timeout_s: float | None = None) -> Reply:
@@ -130,7 +138,7 @@ def build_infer(model: str, inputs: Any, **opts: Any) -> tuple[dict[str, Any], l
             meta["encoding"] = val[0]
             frames.append(bytes(val[1]))
         else:
-            a = np.ascontiguousarray(val)
+            a = np.require(val, requirements="C")  # keeps rank 0 (ascontiguousarray does not)
             if a.dtype.name not in DTYPES:
                 raise ValueError(f"dtype {a.dtype} is not supported by the protocol")
             if a.dtype.byteorder == ">":

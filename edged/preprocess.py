@@ -81,6 +81,9 @@ class PreprocessConfig:
 def decode_image(data: bytes | memoryview, max_pixels: int) -> np.ndarray:
     """Decode a JPEG/PNG to uint8 HxW or HxWxC (BGR/BGRA), refusing huge or corrupt images."""
     buf = np.frombuffer(data, dtype=np.uint8)
+    # Check the container before the decoder sees it: OpenCV's PNG reader allocates what
+    # a chunk's length field claims, so a 600-byte file could cost gigabytes.
+    _check_structure(buf.tobytes())
     # Read the size from the header first so a 100-byte "image" cannot make us allocate GBs.
     ok, reader = _peek_size(buf)
     if ok and reader[0] * reader[1] > max_pixels:
@@ -93,6 +96,43 @@ def decode_image(data: bytes | memoryview, max_pixels: int) -> np.ndarray:
     if img.dtype != np.uint8:  # 16-bit PNG
         img = (img >> 8).astype(np.uint8) if img.dtype == np.uint16 else img.astype(np.uint8)
     return img
+
+
+def _check_structure(b: bytes) -> None:
+    """Refuse PNG chunks and JPEG segments whose length runs past the end of the data."""
+    n = len(b)
+    if b[:8] == b"\x89PNG\r\n\x1a\n":
+        i = 8
+        while i + 8 <= n:
+            length = int.from_bytes(b[i:i + 4], "big")
+            ctype = b[i + 4:i + 8]
+            if length > n - i - 12:
+                raise InvalidArgument(
+                    f"corrupt PNG: chunk {ctype!r} claims {length} bytes but only "
+                    f"{max(0, n - i - 12)} remain")
+            i += 12 + length
+            if ctype == b"IEND":
+                return
+        return
+    if b[:2] == b"\xff\xd8":
+        i = 2
+        while i + 4 <= n:
+            if b[i] != 0xFF:
+                return  # entropy-coded data: the decoder bounds itself by the image size
+            marker = b[i + 1]
+            if marker == 0xFF:
+                i += 1
+                continue
+            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+                i += 2
+                continue
+            if marker in (0xD9, 0xDA):  # end of image / start of scan
+                return
+            seg = int.from_bytes(b[i + 2:i + 4], "big")
+            if seg < 2 or i + 2 + seg > n:
+                raise InvalidArgument(f"corrupt JPEG: segment 0x{marker:02X} claims {seg} bytes "
+                                      "past the end of the data")
+            i += 2 + seg
 
 
 def _peek_size(buf: np.ndarray) -> tuple[bool, tuple[int, int]]:

@@ -117,7 +117,9 @@ def decode_header(raw: Any, limits: Limits) -> dict[str, Any]:
         )
     try:
         header = json.loads(bytes(buf).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except RecursionError:
+        raise InvalidArgument("frame 0: JSON header nested too deeply") from None
+    except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, int digit limit
         raise InvalidArgument(f"frame 0 must be a UTF-8 JSON header: {e}") from None
     if not isinstance(header, dict):
         raise InvalidArgument("header must be a JSON object")

@@ -21,9 +21,16 @@ def resolve_runtime_dir(configured: Path | None) -> Path:
     else:
         d = Path(tempfile.mkdtemp(prefix="edged-"))
     try:
-        d.mkdir(mode=0o750, parents=True, exist_ok=True)
+        if not d.exists():
+            d.mkdir(mode=0o750, parents=True)
+            d.chmod(0o750)  # mkdir's mode is masked by the umask
     except OSError as e:
         raise ConfigError([f"runtime directory {d}: cannot create it: {e.strerror or e}"]) from None
+    if d.stat().st_mode & 0o022:
+        # Never chmod an existing directory (it could be /tmp itself): refuse it instead.
+        raise ConfigError([f"runtime directory {d} is writable by group or others "
+                           f"(mode {d.stat().st_mode & 0o7777:04o}): anyone could replace the "
+                           "sockets; use a private directory (0750) or let edged create one"])
     if not os.access(d, os.W_OK | os.X_OK):
         raise ConfigError([f"runtime directory {d} is not writable by this user "
                            f"(uid {os.getuid()}); set [server] runtime_dir or --runtime-dir"])

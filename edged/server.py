@@ -189,20 +189,27 @@ class Server:
                     "unauthenticated clients, [server] insecure = true")
             log.warning("insecure: %s accepts unauthenticated, unencrypted clients",
                         ",".join(insecure_tcp))
+        server_keys: tuple[bytes, bytes] | None = None
         if cfg.curve is not None:
+            server_keys = _load_server_key(cfg.curve.server_secret_key)
+            try:
+                _check_client_keys(cfg.curve.clients_dir)
+            except ValueError as e:
+                raise StartupError(str(e)) from None
             self._start_auth()
         limits = cfg.limits
         for ep in self.endpoints:
             s = self.ctx.socket(zmq.ROUTER)
-            s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply is never dropped silently
-            s.setsockopt(zmq.LINGER, 1000)
-            # A single frame above the limit makes libzmq drop the peer before we read it.
-            s.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
-            s.setsockopt(zmq.RCVHWM, 10000)
-            s.setsockopt(zmq.SNDHWM, 10000)
-            if cfg.curve is not None and ep.startswith("tcp://"):
-                self._curve_server(s)
             try:
+                s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply is never dropped silently
+                s.setsockopt(zmq.LINGER, 1000)
+                # A single frame above the limit makes libzmq drop the peer before we read it.
+                s.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
+                s.setsockopt(zmq.RCVHWM, 10000)
+                s.setsockopt(zmq.SNDHWM, 10000)
+                if server_keys is not None and ep.startswith("tcp://"):
+                    s.curve_publickey, s.curve_secretkey = server_keys
+                    s.curve_server = True
                 s.bind(ep)
             except zmq.ZMQError as e:
                 s.close(linger=0)
@@ -232,19 +239,6 @@ class Server:
         self._auth = AsyncioAuthenticator(self.ctx, log=logging.getLogger("edged.auth"))
         self._auth.start()
         self._auth.configure_curve(domain="*", location=str(curve.clients_dir))
-
-    def _curve_server(self, s: zmq.asyncio.Socket) -> None:
-        from zmq.auth import load_certificate
-
-        curve = self.config.server.curve
-        assert curve is not None
-        public, secret = load_certificate(str(curve.server_secret_key))
-        if secret is None:
-            raise StartupError(f"{curve.server_secret_key}: holds no secret key (use the "
-                               "*.key_secret file written by `edged keys generate`)")
-        s.curve_secretkey = secret
-        s.curve_publickey = public
-        s.curve_server = True
 
     # == inference requests ==============================================================
     async def _recv_loop(self, sock: zmq.asyncio.Socket) -> None:
@@ -479,12 +473,14 @@ class Server:
             try:
                 new = await asyncio.to_thread(load_config, self.config.file)
             except ConfigError as e:
-                self.metrics.reloads.labels("error").inc()
-                self.last_reload = {"ok": False, "error": e.problems, "at": time.time()}
-                log.error("reload rejected; still serving the previous config: %s",
-                          "; ".join(e.problems))
-                self.notifier.ready(f"reload FAILED (old config kept): {e.problems[0]}")
-                return self.last_reload
+                return self._reload_failed(e.problems)
+            if new.server.curve is not None:
+                try:
+                    # configure_curve() would log a malformed key and keep the OLD allow-list:
+                    # a revocation would silently not apply. Check first, reject the reload.
+                    await asyncio.to_thread(_check_client_keys, new.server.curve.clients_dir)
+                except ValueError as e:
+                    return self._reload_failed([str(e)])
             # Keep the flags given on the command line.
             new = new.with_overrides(list(self.config.server.endpoints), None,
                                      str(self.config.server.runtime_dir or "") or None,
@@ -513,12 +509,7 @@ class Server:
             if errors:
                 for rt in staged.values():
                     await rt.close()
-                self.metrics.reloads.labels("error").inc()
-                self.last_reload = {"ok": False, "error": errors, "at": time.time()}
-                log.error("reload rejected (model load failed); still serving the previous "
-                          "config: %s", "; ".join(errors))
-                self.notifier.ready(f"reload FAILED (old config kept): {errors[0]}")
-                return self.last_reload
+                return self._reload_failed(errors)
             old_runtimes = [self.models[n] for n in [*removed, *(m.name for m in changed)]
                             if n in self.models]
             for name, rt in staged.items():
@@ -529,6 +520,7 @@ class Server:
             if self._auth is not None and new.server.curve is not None:
                 # Re-read the allowed client keys: adds and revokes take effect now.
                 self._auth.configure_curve(domain="*", location=str(new.server.curve.clients_dir))
+                log.info("CURVE client keys reloaded from %s", new.server.curve.clients_dir)
             if self.governor is not None or new.governor.enabled:
                 self._restart_governor()
             for rt in old_runtimes:
@@ -544,6 +536,13 @@ class Server:
                      ",".join(self.last_reload["changed"]) or "-", ",".join(removed) or "-", ms)
             self.notifier.ready(self._status_line())
             return self.last_reload
+
+    def _reload_failed(self, problems: list[str]) -> dict[str, Any]:
+        self.metrics.reloads.labels("error").inc()
+        self.last_reload = {"ok": False, "error": problems, "at": time.time()}
+        log.error("reload rejected; still serving the previous config: %s", "; ".join(problems))
+        self.notifier.ready(f"reload FAILED (old config kept): {problems[0]}")
+        return self.last_reload
 
     # == governor ========================================================================
     def _start_governor(self) -> None:
@@ -800,6 +799,30 @@ def _total_power(readings: Any) -> float | None:
         if isinstance(v, (int, float)):
             return float(v)
     return None
+
+
+def _load_server_key(path: Path) -> tuple[bytes, bytes]:
+    """The server's CURVE key pair, or a one-line StartupError naming the file."""
+    from zmq.auth import load_certificate
+
+    try:
+        public, secret = load_certificate(str(path))
+    except (OSError, ValueError) as e:
+        raise StartupError(f"{path}: not a CURVE certificate: {e}") from None
+    if secret is None:
+        raise StartupError(f"{path}: holds no secret key (use the *.key_secret file written "
+                           "by `edged keys generate`)")
+    return public, secret
+
+
+def _check_client_keys(clients_dir: Path) -> None:
+    """Raise ValueError naming the file if any allowed-client certificate is malformed."""
+    from zmq.auth import load_certificates
+
+    try:
+        load_certificates(str(clients_dir))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{clients_dir}: cannot read the allowed client keys: {e}") from None
 
 
 def _headroom(cfg: Config) -> int:

@@ -63,11 +63,6 @@ KNOWN_UNANSWERED = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "edged/protocol.py decode_header lets json.loads' ValueError (int max_str_digits) and "
-    "RecursionError escape parse_request: Server._handle has no reply path for them, so "
-    "the message gets no answer and the daemon logs a traceback per message. Fix in "
-    "decode_header: `except (UnicodeDecodeError, ValueError, RecursionError)`"))
 @pytest.mark.parametrize("case", list(KNOWN_UNANSWERED))
 def test_headers_json_cannot_decode_are_still_answered(fuzz_daemon: Daemon, case: str) -> None:
     d = fuzz_daemon
@@ -92,15 +87,6 @@ def png_claiming_a_huge_chunk(claim: int) -> bytes:
     return bytes(png)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "found by scripts/fuzz: OpenCV 5's PNG reader (cv2.imdecode) allocates whatever a "
-    "chunk's length field claims: a 674-byte PNG claiming a 4 GB IDAT made the daemon "
-    "allocate ~4 GB and spend ~7 s per request (2 at once on the pre-processing pool). "
-    "edged/preprocess.py decode_image only checks IHDR width x height. Fix: before "
-    "cv2.imdecode, walk the PNG chunks (4-byte length, 4-byte type, data, CRC) and raise "
-    "InvalidArgument if any length + 12 exceeds the bytes left in the frame (a chunk can "
-    "never be longer than the image that holds it); likewise reject JPEG segments whose "
-    "length runs past the end"))
 def test_a_png_claiming_a_huge_chunk_is_refused_without_allocating(fuzz_daemon: Daemon) -> None:
     d = fuzz_daemon
     before = peak_rss(d.proc.pid)

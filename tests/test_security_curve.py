@@ -249,11 +249,6 @@ print("all timed out cleanly")
 """
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "edged/client.py Client sets no SNDTIMEO: after the daemon refuses the CURVE "
-    "handshake the DEALER has no peer and send() blocks forever instead of raising "
-    "ClientTimeout (`edged infer` with a revoked key hangs). Fix: in Client.__init__ set "
-    "zmq.SNDTIMEO to the timeout, and in Client.send turn zmq.Again into ClientTimeout"))
 def test_client_with_a_refused_key_times_out_instead_of_hanging(curve_daemon: Daemon,
                                                                  keys: Keys) -> None:
     try:
@@ -341,7 +336,6 @@ BAD_SERVER_KEY_FIX = (
     "between ctx.socket() and self.sockets.append(s)")
 
 
-@pytest.mark.xfail(strict=True, reason=BAD_SERVER_KEY_FIX)
 @pytest.mark.parametrize("kind", ["public-only", "garbage"])
 def test_a_bad_server_key_file_is_a_one_line_startup_error(tmp_path: Path, keys: Keys,
                                                             kind: str) -> None:
@@ -365,15 +359,6 @@ clients_dir = "{keys.clients_dir}"
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "edged/server.py Server.reload relies on AsyncioAuthenticator.configure_curve(), "
-    "which catches load_certificates' ValueError on a malformed *.key, logs it and keeps "
-    "the OLD allow-list: the reload answers OK while a revocation made in the same "
-    "reload is silently not applied. Fix: in reload (and _start_auth), first call "
-    "zmq.auth.load_certificates(clients_dir) yourself inside try/except (OSError, "
-    "ValueError); on error reject the reload like an invalid config (last_reload "
-    "ok=False, error naming the file; at start-up a StartupError) before switching "
-    "anything, and only then call configure_curve"))
 def test_a_malformed_client_key_fails_the_reload_loudly(curve_daemon: Daemon,
                                                         keys: Keys) -> None:
     d = curve_daemon
@@ -409,11 +394,6 @@ def test_ipc_sockets_are_0660_and_the_runtime_dir_0750(make_daemon: Any,
     assert not (d.runtime_dir / "control.sock").exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "resolve_runtime_dir only sets 0750 when it creates the directory; an existing "
-    "world-writable runtime dir is used as is, so any local user could replace the "
-    "socket files (fix: edged/runtime_dir.py resolve_runtime_dir, chmod 0750 when owned "
-    "by us, else refuse a group/world-writable dir)"))
 def test_an_existing_world_writable_runtime_dir_is_tightened_or_refused(
         tmp_path: Path) -> None:
     run = tmp_path / "run"
