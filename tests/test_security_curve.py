@@ -327,15 +327,6 @@ def test_insecure_true_starts_on_a_network_endpoint_with_a_warning(tmp_path: Pat
         assert proc.wait(30) == 0
 
 
-BAD_SERVER_KEY_FIX = (
-    "edged/server.py Server._bind: the ROUTER socket created before _curve_server() raises "
-    "is never closed, so stop() hangs in ctx.term() after printing the error; and "
-    "_curve_server lets load_certificate's ValueError/OSError escape as a traceback. Fix: "
-    "load the server certificate once before the socket loop, turning (OSError, "
-    "ValueError) into StartupError naming the file, and close `s` (linger=0) on any error "
-    "between ctx.socket() and self.sockets.append(s)")
-
-
 @pytest.mark.parametrize("kind", ["public-only", "garbage"])
 def test_a_bad_server_key_file_is_a_one_line_startup_error(tmp_path: Path, keys: Keys,
                                                             kind: str) -> None:
