@@ -275,6 +275,18 @@ def ok_reply_frames(
     timing: dict[str, Any],
 ) -> list[Any]:
     """Header + one C-contiguous little-endian buffer per output."""
+    if len(outputs) == 1:
+        name, a = outputs[0]
+        if a.flags.c_contiguous and a.dtype.byteorder != ">" and a.nbytes:
+            # The common case, without json.dumps on nested dicts (~3x cheaper).
+            t = timing
+            head = (f'{{"v":1,"id":{json.dumps(request_id)},"status":"OK",'
+                    f'"model":{json.dumps(model)},"variant":{json.dumps(variant)},'
+                    f'"outputs":[{{"name":{json.dumps(name)},"dtype":"{a.dtype.name}",'
+                    f'"shape":[{",".join(map(str, a.shape))}]}}],'
+                    f'"timing":{{"queue_us":{t["queue_us"]},"compute_us":{t["compute_us"]},'
+                    f'"batch":{t["batch"]},"total_us":{t["total_us"]}}}}}')
+            return [head.encode(), a.data]
     metas = []
     bufs: list[Any] = []
     for name, arr in outputs:

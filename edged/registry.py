@@ -99,6 +99,12 @@ class ModelRuntime:
         self.last_swap: dict[str, Any] | None = None
         metrics.queue_capacity.labels(cfg.name).set(cfg.max_queue)
         metrics.model_ready.labels(cfg.name).set(0)
+        # Labelled series looked up once, not per request (.labels() costs µs each).
+        self.m_queue_depth = metrics.queue_depth.labels(cfg.name)
+        self.m_request_duration = metrics.request_duration.labels(cfg.name)
+        self.m_queue_duration = metrics.queue_duration.labels(cfg.name)
+        self.m_batch_size = metrics.batch_size.labels(cfg.name)
+        self._m_variant: dict[str, tuple[Any, Any]] = {}
 
     # -- loading ------------------------------------------------------------------------
     async def load(self, index: int = 0) -> None:
@@ -338,14 +344,22 @@ class ModelRuntime:
             start += p.rows
         return loaded.config.name, results, compute_s
 
+    def variant_series(self, variant: str) -> tuple[Any, Any]:
+        """(requests_total{status=OK}, compute_duration) for a variant, cached."""
+        c = self._m_variant.get(variant)
+        if c is None:
+            m = self.metrics
+            c = self._m_variant[variant] = (m.requests.labels(self.name, variant, "OK"),
+                                            m.compute_duration.labels(self.name, variant))
+        return c
+
     def _on_batch(self, variant: str, rows: int, compute_s: float, batch: list[Pending]) -> None:
-        m = self.metrics
-        m.compute_duration.labels(self.name, variant).observe(compute_s)
-        m.batch_size.labels(self.name).observe(rows)
+        self.variant_series(variant)[1].observe(compute_s)
+        self.m_batch_size.observe(rows)
         if self.power_w is not None:
             w = self.power_w()
             if w:
-                m.energy.labels(self.name).inc(w * compute_s)
+                self.metrics.energy.labels(self.name).inc(w * compute_s)
 
     # -- introspection ------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:

@@ -84,6 +84,8 @@ class Server:
         self._gov_decision: Any = None
         self._power_w: float | None = None
         self._reload_lock = asyncio.Lock()
+        self._gov_wake = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()
         self.last_reload: dict[str, Any] | None = None
 
     # == lifecycle =======================================================================
@@ -137,9 +139,9 @@ class Server:
 
     async def stop(self) -> None:
         self.state = "stopped"
-        for t in self._tasks:
+        for t in [*self._tasks, *self._background]:
             t.cancel()
-        for t in self._tasks:
+        for t in [*self._tasks, *self._background]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
@@ -163,7 +165,7 @@ class Server:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
-        loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(self.reload()))
+        loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload()))
         try:
             await self.start()
         except StartupError:
@@ -299,7 +301,7 @@ class Server:
             return
         self._inflight[ident] = self._inflight.get(ident, 0) + 1
         self.metrics.inflight.inc()
-        ctx = _Ctx(sock, envelope, ident, req.id, model.name, received)
+        ctx = _Ctx(sock, envelope, ident, req.id, model, received)
         if model.needs_thread(req):
             asyncio.get_running_loop().create_task(self._prepare_async(model, req, ctx))
         else:
@@ -337,7 +339,7 @@ class Server:
         except EdgedError as e:
             self._fail(ctx, e)
             return
-        self.metrics.queue_depth.labels(model.name).set(model.batcher.depth)
+        model.m_queue_depth.set(model.batcher.depth)
 
     def _respond(self, ctx: _Ctx, p: Pending, outcome: Result | EdgedError) -> None:
         if isinstance(outcome, EdgedError):
@@ -351,13 +353,11 @@ class Server:
                                  timing)
         self._send(ctx.sock, ctx.envelope, frames)
         self._done(ctx)
-        m = self.metrics
-        m.requests.labels(ctx.model, outcome.variant, "OK").inc()
-        m.request_duration.labels(ctx.model).observe(now - ctx.received)
-        m.queue_duration.labels(ctx.model).observe(outcome.queue_s)
-        model = self.models.get(ctx.model)
-        if model is not None:
-            m.queue_depth.labels(ctx.model).set(model.batcher.depth)
+        model = ctx.runtime
+        model.variant_series(outcome.variant)[0].inc()
+        model.m_request_duration.observe(now - ctx.received)
+        model.m_queue_duration.observe(outcome.queue_s)
+        model.m_queue_depth.set(model.batcher.depth)
 
     def _fail(self, ctx: _Ctx, err: EdgedError) -> None:
         self._send_error(ctx.sock, ctx.envelope, ctx.request_id, ctx.model, err)
@@ -588,7 +588,9 @@ class Server:
                 raise
             except Exception:
                 log.exception("governor step failed; keeping the previous level")
-            await asyncio.sleep(interval)
+            self._gov_wake.clear()
+            with contextlib.suppress(TimeoutError):  # a pin wakes us early
+                await asyncio.wait_for(self._gov_wake.wait(), interval)
 
     def _apply(self, decision: Any) -> None:
         prev = self._gov_decision
@@ -603,11 +605,27 @@ class Server:
             lim.shed_priority_above = decision.shed_priority_above
             lim.reason = f"level {decision.level}: {decision.reason}"
             if m.state != "ready" or m.active is None or m.swap_target is not None:
-                continue
+                continue  # a swap in progress re-applies the latest decision when it ends
             want = min(decision.ladder_steps, len(m.cfg.variants) - 1)
             if want != m.active.index:
-                asyncio.get_running_loop().create_task(
-                    m.swap_to(want, f"governor: level {decision.level}: {decision.reason}"))
+                self._spawn(self._governor_swap(
+                    m, want, f"governor: level {decision.level}: {decision.reason}"))
+
+    async def _governor_swap(self, m: ModelRuntime, index: int, reason: str) -> None:
+        await m.swap_to(index, reason)
+        d = self._gov_decision
+        if d is not None and m.active is not None and m.state == "ready":
+            want = min(d.ladder_steps, len(m.cfg.variants) - 1)
+            if want != m.active.index and m.swap_target is None:
+                # The level moved while we were swapping: follow it now, not a tick later.
+                self._spawn(self._governor_swap(m, want, f"governor: level {d.level}: "
+                                                         f"{d.reason}"))
+
+    def _spawn(self, coro: Any) -> None:
+        """A background task kept referenced until done (asyncio holds tasks weakly)."""
+        t = asyncio.get_running_loop().create_task(coro)
+        self._background.add(t)
+        t.add_done_callback(self._background.discard)
 
     def _governor_summary(self) -> dict[str, Any] | None:
         if self.governor is None:
@@ -749,6 +767,7 @@ class Server:
         except ValueError as e:
             raise InvalidArgument(str(e)) from None
         log.info("governor pinned level=%s by operator", level)
+        self._gov_wake.set()  # act now, not at the next monitor tick
         return self.governor.snapshot()
 
     def status(self) -> dict[str, Any]:
@@ -774,15 +793,16 @@ class Server:
 class _Ctx:
     """Where a reply goes, and what it is about."""
 
-    __slots__ = ("envelope", "ident", "model", "received", "request_id", "sock")
+    __slots__ = ("envelope", "ident", "model", "received", "request_id", "runtime", "sock")
 
     def __init__(self, sock: zmq.asyncio.Socket, envelope: list[bytes], ident: bytes,
-                 request_id: str | int | None, model: str, received: float) -> None:
+                 request_id: str | int | None, runtime: ModelRuntime, received: float) -> None:
         self.sock = sock
         self.envelope = envelope
         self.ident = ident
         self.request_id = request_id
-        self.model = model
+        self.runtime = runtime  # the runtime that took the request (survives a reload)
+        self.model = runtime.name
         self.received = received
 
 

@@ -40,8 +40,12 @@ ORIN_TRIPS: list[Trip] = [(99000, "passive", 0), (104500, "critical", 0)]
 
 
 def _write(path: Path, text: str) -> Path:
+    """Replace the file atomically: a sysfs read never sees a half-written value, and a
+    truncate-then-write here could show the governor an empty (stale) file mid-test."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
     return path
 
 
