@@ -104,6 +104,7 @@ class Batcher:
         self.executor = executor
         self.on_batch = on_batch
         self.limits = Limits()
+        self.tuned_cap: int | None = None  # best batch size measured on this device
         self.depth = 0
         self._queues: dict[int, deque[Pending]] = {}
         self._streams: dict[str, Pending] = {}
@@ -225,6 +226,8 @@ class Batcher:
     # -- batch formation ----------------------------------------------------------------
     def _cap(self) -> int:
         cap = self.max_batch_size
+        if self.tuned_cap is not None:
+            cap = max(1, min(cap, self.tuned_cap))
         if self.limits.max_batch_size is not None:
             cap = max(1, min(cap, self.limits.max_batch_size))
         return cap

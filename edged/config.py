@@ -74,6 +74,7 @@ class ModelConfig:
     max_batch_size: int = 8
     max_queue: int = 256
     max_delay_ms: float = 0.0
+    auto_batch: bool = False
     preprocess: PreprocessConfig | None = None
 
 
@@ -221,6 +222,7 @@ def _model(t: Table) -> ModelConfig | None:
         max_batch_size=src.get("max_batch_size", int, 8, check=positive),
         max_queue=src.get("max_queue", int, 256, check=positive),
         max_delay_ms=src.get("max_delay_ms", float, 0.0, check=non_negative),
+        auto_batch=src.get("auto_batch", bool, False),
         preprocess=pre,
     )
     if batching.data:

@@ -353,3 +353,20 @@ def test_client_vanishing_with_requests_in_flight_costs_nothing(slow_daemon: Dae
         assert c.infer("digits", tensor(0)).ok
     assert slow_daemon.proc.poll() is None
     assert "Traceback" not in slow_daemon.log()
+
+
+def test_auto_batch_profiles_each_variant_and_caps_batches(make_daemon: Any,
+                                                           tmp_path: Path) -> None:
+    d = make_daemon(digits_config(tmp_path, model_extra="auto_batch = true\n"))
+    m = d.ctl({"op": "models"})["models"][0]
+    cap = m["batch_cap"]
+    assert isinstance(cap, int) and 1 <= cap <= 8
+    assert "auto_batch model=digits variant=cnn-fp32 rows_per_s=1:" in d.log()
+    with d.client(timeout_s=30) as c:
+        for i in range(64):
+            c.send(*build_infer("digits", tensor(i % 8), id=i))
+        batches = [c.recv().header["timing"]["batch"] for _ in range(64)]
+    assert max(batches) <= cap
+    r = d.ctl({"op": "swap", "model": "digits", "variant": "small-fp32"})
+    assert r["status"] == "OK" and 1 <= r["model"]["batch_cap"] <= 8
+    assert "auto_batch model=digits variant=small-fp32" in d.log()
