@@ -174,7 +174,7 @@ def free_port() -> int:
 
 
 def bench_config(model: Path, settings: OrtSettings, max_batch: int, max_delay_ms: float,
-                 governor: bool) -> str:
+                 governor: bool, auto_batch: bool = False) -> str:
     """A config serving ``model`` as model "bench" with one ORT variant."""
     gov = ('[governor]\nenabled = true\nsysfs_root = "/"\ninterval_s = 1.0\nlevels = "auto"\n'
            if governor else "[governor]\nenabled = false\n")
@@ -192,6 +192,7 @@ required = true
 max_batch_size = {max_batch}
 max_queue = 1024
 max_delay_ms = {max_delay_ms}
+auto_batch = {"true" if auto_batch else "false"}
 
 [[models.variants]]
 name = "fp32"
@@ -699,7 +700,7 @@ def serving_phase(a: argparse.Namespace, settings: OrtSettings, wd: Path,
 
     cfg = wd / "bench.toml"
     cfg.write_text(bench_config(model, settings, a.daemon_max_batch or a.max_batch,
-                                a.max_delay_ms, a.governor))
+                                a.max_delay_ms, a.governor, a.auto_batch))
     d = Daemon(cfg, wd / "bench")
     try:
         ready_s = d.wait_ready()
@@ -761,7 +762,8 @@ def serving_phase(a: argparse.Namespace, settings: OrtSettings, wd: Path,
         "input": ", ".join(f"{s.name} {s.dtype} [N,{','.join(map(str, s.item_shape))}]"
                            for s in specs),
         "settings": settings.__dict__, "max_batch": a.daemon_max_batch or a.max_batch,
-        "max_delay_ms": a.max_delay_ms, "governor": a.governor, "load_endpoint": a.load_endpoint,
+        "max_delay_ms": a.max_delay_ms, "auto_batch": a.auto_batch, "governor": a.governor,
+        "load_endpoint": a.load_endpoint,
         "daemon_ready_ms": ready_s * 1000,
         "raw": raw, "daemon_ipc": ipc, "daemon_tcp": tcp, "load": load,
         "ratios": {"latency_p50_ipc": ratio(ipc["p50_ms"], raw["p50_ms"]),
@@ -851,6 +853,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--daemon-max-batch", type=int, default=0,
                     help="daemon max_batch_size if different from --max-batch")
     ap.add_argument("--max-delay-ms", type=float, default=0.0, help="daemon max_delay_ms")
+    ap.add_argument("--auto-batch", action="store_true",
+                    help="daemon auto_batch: cap batches at the size measured fastest per row")
     ap.add_argument("--no-governor", dest="governor", action="store_false",
                     help="bench daemon without the governor (default: on, as in config.toml)")
     ap.add_argument("--runs", type=int, help="batch-1 latency samples per mode")
