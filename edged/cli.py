@@ -114,9 +114,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from edged.errors import ConfigError
     from edged.logs import setup_logging
 
+    overrides = {"endpoints": args.endpoints, "metrics": args.metrics,
+                 "runtime_dir": args.runtime_dir, "control": args.control}
     try:
-        cfg = load_config(args.config).with_overrides(
-            args.endpoints, args.metrics, args.runtime_dir, args.control)
+        cfg = load_config(args.config).with_overrides(**overrides)
     except ConfigError as e:
         print("edged: invalid config:\n  " + "\n  ".join(e.problems), file=sys.stderr)
         return 2
@@ -124,7 +125,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from edged.server import Server, StartupError
 
     try:
-        return asyncio.run(Server(cfg).run())
+        return asyncio.run(Server(cfg, overrides).run())
     except StartupError as e:
         print(f"edged: cannot start: {e}", file=sys.stderr)
         return 1

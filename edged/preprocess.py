@@ -78,9 +78,21 @@ class PreprocessConfig:
         return (1, self.height, self.width, self.channels)
 
 
-def decode_image(data: bytes | memoryview, max_pixels: int) -> np.ndarray:
-    """Decode a JPEG/PNG to uint8 HxW or HxWxC (BGR/BGRA), refusing huge or corrupt images."""
+def decode_image(data: bytes | memoryview, max_pixels: int,
+                 encoding: str | None = None) -> np.ndarray:
+    """Decode a JPEG/PNG to uint8 HxW or HxWxC (BGR/BGRA), refusing huge or corrupt images.
+
+    ``encoding`` ("jpeg"/"png") is what the client declared: the bytes must be that
+    format, so OpenCV's other decoders (TIFF, WebP, ...) are never reached from a socket.
+    """
     buf = np.frombuffer(data, dtype=np.uint8)
+    head = buf[:8].tobytes()
+    actual = ("png" if head == b"\x89PNG\r\n\x1a\n" else
+              "jpeg" if head[:3] == b"\xff\xd8\xff" else None)
+    if actual is None:
+        raise InvalidArgument("could not decode the image: not a JPEG or PNG (bad signature)")
+    if encoding is not None and actual != encoding:
+        raise InvalidArgument(f"the input is declared {encoding!r} but the data is {actual!r}")
     # Check the container before the decoder sees it: OpenCV's PNG reader allocates what
     # a chunk's length field claims, so a 600-byte file could cost gigabytes.
     _check_structure(buf.tobytes())
@@ -176,8 +188,9 @@ class Preprocessor:
         self._interp = _INTERP[cfg.interpolation]
         self._identity = bool(np.all(self._mul == 1.0) and np.all(self._add == 0.0))
 
-    def from_encoded(self, data: bytes | memoryview, max_pixels: int) -> np.ndarray:
-        return self.from_frame(decode_image(data, max_pixels), source_color="bgr")
+    def from_encoded(self, data: bytes | memoryview, max_pixels: int,
+                     encoding: str | None = None) -> np.ndarray:
+        return self.from_frame(decode_image(data, max_pixels, encoding), source_color="bgr")
 
     def from_frame(self, img: np.ndarray, source_color: str | None = None) -> np.ndarray:
         """uint8 HxW / HxWxC (C in 1,3,4) -> model tensor with a batch dim of 1."""

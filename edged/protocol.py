@@ -140,7 +140,7 @@ def parse_request(frames: list[Any], limits: Limits) -> Request:
 
 def _parse(h: dict[str, Any], tensors: list[Any], limits: Limits) -> Request:
     v = h.get("v")
-    if v != VERSION:
+    if type(v) is not int or v != VERSION:  # not True, not 1.0
         raise UnsupportedVersion(
             f"protocol version {v!r} is not supported; this daemon speaks v={VERSION}"
         )

@@ -328,7 +328,8 @@ class ModelRuntime:
                 raise InvalidArgument(f"inputs[{i}]: model {self.name!r} has no preprocessing "
                                       f"for input {spec.name!r}; send a raw tensor "
                                       f"{spec.dtype} {list(spec.shape)}")
-            return self.preprocessor.from_encoded(meta.data, self.limits.max_image_pixels)
+            return self.preprocessor.from_encoded(meta.data, self.limits.max_image_pixels,
+                                                  meta.encoding)
         arr = meta.data
         assert meta.dtype is not None and meta.shape is not None
         if spec.matches_item(meta.dtype, meta.shape):

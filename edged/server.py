@@ -51,6 +51,8 @@ from edged.systemd import Notifier
 log = logging.getLogger("edged.server")
 
 LOOPBACK_PREFIXES = ("tcp://127.", "tcp://localhost:", "tcp://[::1]:")
+#: image decodes queued at once, all clients together (each holds a decoded frame)
+MAX_PENDING_DECODES = 64
 
 
 class StartupError(Exception):
@@ -58,8 +60,10 @@ class StartupError(Exception):
 
 
 class Server:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, overrides: dict[str, Any] | None = None) -> None:
         self.config = config
+        #: command-line flags (Config.with_overrides kwargs), re-applied on every reload
+        self.overrides = overrides or {}
         self.metrics = Metrics()
         self.notifier = Notifier.from_env()
         self.models: dict[str, ModelRuntime] = {}
@@ -76,6 +80,7 @@ class Server:
         self._tasks: list[asyncio.Task[Any]] = []
         self._pre_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-pre")
         self._inflight: dict[bytes, int] = {}
+        self._decoding = 0  # requests waiting for image decode/preprocess
         self._answered = 0
         self._answered_window: list[tuple[float, int]] = []
         self._auth: Any = None
@@ -96,6 +101,10 @@ class Server:
         except ConfigError as e:
             raise StartupError(str(e)) from None
         if cfg.metrics.enabled:
+            if cfg.metrics.host in ("0.0.0.0", "::", ""):
+                log.warning("metrics listen on all interfaces (%s:%d) without authentication; "
+                            "use 127.0.0.1 and a local Prometheus or firewall the port",
+                            cfg.metrics.host, cfg.metrics.port)
             try:
                 self.metrics.serve(cfg.metrics.host or "127.0.0.1", cfg.metrics.port)
             except OSError as e:
@@ -207,8 +216,9 @@ class Server:
                 s.setsockopt(zmq.LINGER, 1000)
                 # A single frame above the limit makes libzmq drop the peer before we read it.
                 s.setsockopt(zmq.MAXMSGSIZE, limits.max_message_bytes)
-                s.setsockopt(zmq.RCVHWM, 10000)
-                s.setsockopt(zmq.SNDHWM, 10000)
+                # Per peer: unread messages libzmq may buffer (each up to max_message_bytes).
+                s.setsockopt(zmq.RCVHWM, 1000)
+                s.setsockopt(zmq.SNDHWM, 1000)
                 if server_keys is not None and ep.startswith("tcp://"):
                     s.curve_publickey, s.curve_secretkey = server_keys
                     s.curve_server = True
@@ -303,7 +313,14 @@ class Server:
         self.metrics.inflight.inc()
         ctx = _Ctx(sock, envelope, ident, req.id, model, received)
         if model.needs_thread(req):
-            asyncio.get_running_loop().create_task(self._prepare_async(model, req, ctx))
+            if self._decoding >= MAX_PENDING_DECODES:
+                # Decoded images are large: bound the backlog across all clients, not only
+                # per client, so a flood of JPEGs cannot fill a small device's memory.
+                self._fail(ctx, ResourceExhausted(
+                    f"{self._decoding} images are waiting to be decoded; try again shortly"))
+                return
+            self._decoding += 1
+            self._spawn(self._prepare_async(model, req, ctx))
         else:
             try:
                 feeds, rows, key = model.prepare(req)
@@ -323,6 +340,8 @@ class Server:
             log.exception("preprocessing failed")
             self._fail(ctx, EdgedError(f"preprocessing failed: {type(e).__name__}: {e}"))
             return
+        finally:
+            self._decoding -= 1
         if self.state != "serving":
             self._fail(ctx, Unavailable("the daemon is shutting down"))
             return
@@ -481,11 +500,14 @@ class Server:
                     await asyncio.to_thread(_check_client_keys, new.server.curve.clients_dir)
                 except ValueError as e:
                     return self._reload_failed([str(e)])
-            # Keep the flags given on the command line.
-            new = new.with_overrides(list(self.config.server.endpoints), None,
-                                     str(self.config.server.runtime_dir or "") or None,
-                                     self.config.server.control)
-            new = _keep_metrics(new, self.config)
+            # The flags given on the command line still win over the file.
+            new = new.with_overrides(**self.overrides)
+            changed_bound = _needs_restart(self.config, new)
+            if changed_bound:
+                return self._reload_failed([
+                    f"{', '.join(changed_bound)} changed: sockets and listeners are bound at "
+                    "start, so this needs a restart (systemctl restart edged); nothing was "
+                    "changed"])
             old_by = {m.name: m for m in self.config.models}
             new_by = {m.name: m for m in new.models}
             added = [m for n, m in new_by.items() if n not in old_by]
@@ -849,10 +871,27 @@ def _headroom(cfg: Config) -> int:
     return int(cfg.server.swap_memory_headroom_mb * (1 << 20))
 
 
-def _keep_metrics(new: Config, old: Config) -> Config:
-    from dataclasses import replace
-
-    return replace(new, metrics=old.metrics)
+def _needs_restart(old: Config, new: Config) -> list[str]:
+    """Settings a reload cannot apply: what was bound or secured at start."""
+    a, b = old.server, new.server
+    keys = []
+    if a.endpoints != b.endpoints:
+        keys.append("server.endpoints")
+    if a.control != b.control:
+        keys.append("server.control")
+    if a.runtime_dir != b.runtime_dir:
+        keys.append("server.runtime_dir")
+    if a.insecure != b.insecure:
+        keys.append("server.insecure")
+    if (a.curve is None) != (b.curve is None) or (
+            a.curve is not None and b.curve is not None
+            and a.curve.server_secret_key != b.curve.server_secret_key):
+        keys.append("server.curve")
+    if a.limits.max_message_bytes != b.limits.max_message_bytes:
+        keys.append("server.limits.max_message_bytes")
+    if old.metrics != new.metrics:
+        keys.append("metrics.listen")
+    return keys
 
 
 def _latency(metrics: Metrics, model: str) -> dict[str, Any]:

@@ -270,13 +270,6 @@ def test_reload_with_an_emptied_client_dir_locks_everyone_out(curve_daemon: Daem
         assert c.health().ok
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "edged/server.py Server.reload keeps the sockets bound at start: turning [server.curve] "
-    "on (or off, or changing server_secret_key) by reload answers OK but the tcp endpoints "
-    "stay as they were, so an operator who adds CURVE and reloads still serves plain "
-    "clients. Fix: in reload, compare new.server.curve (presence and server_secret_key), "
-    "endpoints and insecure with the running config and reject the reload like an invalid "
-    "one ('... needs a restart: systemctl restart edged') before switching anything"))
 def test_turning_curve_on_by_reload_is_not_silently_ignored(make_daemon: Any, tmp_path: Path,
                                                             keys: Keys) -> None:
     d: Daemon = make_daemon(digits_config(tmp_path, variants=("cnn-fp32",)))
