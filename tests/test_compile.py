@@ -278,3 +278,27 @@ max_batch_size = 4
             assert (y.argmax(1) == ref.argmax(1)).mean() >= (0.95 if quantized else 1.0)
     finally:
         d.stop()
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None,
+                    reason="no aarch64 cross compiler (Debian: g++-aarch64-linux-gnu)")
+def test_cross_compiles_for_aarch64_and_the_x86_daemon_refuses_it(tmp_path) -> None:
+    """A Jetson/Raspberry Pi library built on this x86 machine: a real aarch64 ELF, with a
+    sidecar that makes a daemon on the wrong architecture refuse it clearly."""
+    import platform
+
+    from edged.backends import tvm as tvm_backend
+    from edged.errors import ArtifactError
+
+    out = tmp_path / "arm"
+    rc = cli.main([str(MODEL), "--out", str(out), "--steps", "tvm", "--target", "aarch64",
+                   "--cc", "aarch64-linux-gnu-g++", "--no-progress"])
+    assert rc == 0
+    so = out / "cnn-tvm-aarch64.so"
+    head = so.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF" and int.from_bytes(head[18:20], "little") == 183  # EM_AARCH64
+    meta = read_sidecar(so)
+    assert meta is not None and meta["target"]["mtriple"].startswith("aarch64")
+    if platform.machine() != "aarch64":
+        with pytest.raises(ArtifactError, match=r"built for aarch64.*this machine is"):
+            tvm_backend.open_backend(so, tvm_backend.Options(), 8)
