@@ -81,9 +81,16 @@ def test_variants_toml_is_a_ladder(compiled) -> None:
     doc = tomllib.loads(text)
     variants = doc["models"]["variants"]
     assert {v["backend"] for v in variants} <= {"onnxruntime", "tvm", "tensorrt"}
-    assert "digits-fp32" in {v["name"] for v in variants}
+    names = {v["name"] for v in variants}
+    # An fp32 rung heads the ladder: the original or its graph-optimized copy, whichever
+    # measured faster in this run (timing decides which, so either is right).
+    assert names & {"digits-fp32", "digits-fp32-opt"}, names
     for v in variants:
-        assert (out / v["path"]).exists() or v["name"] == "digits-fp32", v
+        assert (out / v["path"]).exists(), v
+    # Whatever is dominated is still listed, commented out, with the reason.
+    listed = {ln.split('"')[1] for ln in text.splitlines() if ln.startswith('# name = "')}
+    assert listed and not listed & names
+    assert text.count("# not on the ladder:") == len(listed)
     # Every measured variant has its figures in a comment, listed or commented out.
     assert text.count("b=1 p50") >= 6
     # Heaviest first: latencies in the comments never increase down the file.
