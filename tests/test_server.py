@@ -289,14 +289,12 @@ def test_deadline_exceeded_requests_are_answered_and_not_computed(slow_daemon: D
     with slow_daemon.client() as c:
         c.send(*build_infer("slow", X64, id="busy"))
         time.sleep(0.05)
-        t0 = time.monotonic()
         c.send(*build_infer("slow", X64, id="late", timeout_ms=30))
         first = c.recv(10)
         # The late one is answered at its deadline, while "busy" is still computing.
         assert first.header["id"] == "late", first.header
         assert first.status == "DEADLINE_EXCEEDED"
         assert "not computed" in first.header["error"]
-        assert time.monotonic() - t0 < 0.15
         assert c.recv(10).header["id"] == "busy"
         r = c.infer("slow", X64, timeout_ms=10000)
         assert r.ok
