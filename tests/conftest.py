@@ -93,11 +93,12 @@ class Daemon:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
+    def wait_ready(self, timeout: float = 60.0, endpoint: str | None = None) -> None:
+        """Poll ``health`` until OK (on tcp unless told: a CURVE daemon needs ipc)."""
         from edged.client import Client, ClientTimeout
 
         end = time.monotonic() + timeout
-        with Client(self.tcp, timeout_s=1.0) as c:
+        with Client(endpoint or self.tcp, timeout_s=1.0) as c:
             while time.monotonic() < end:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.log()}")
