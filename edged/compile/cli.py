@@ -15,6 +15,7 @@ the run, unless it was the only step asked for.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import sys
@@ -385,6 +386,12 @@ def _load_data(ctx: Context) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the requested steps; see the module docstring for the exit status."""
+    missing = [m for m in ("onnx", "onnxconverter_common", "tqdm")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"edged compile: needs {', '.join(missing)}: install the compile extra "
+              "(pip install 'edged[compile]'; add ,tvm for the TVM step)", file=sys.stderr)
+        return 2
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))  # before TVM's first import
     from edged.compile import ladder
     from edged.compile.modelinfo import io_specs
