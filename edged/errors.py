@@ -16,18 +16,6 @@ UNAVAILABLE = "UNAVAILABLE"
 UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
 INTERNAL = "INTERNAL"
 
-STATUSES = (
-    OK,
-    INVALID_ARGUMENT,
-    NOT_FOUND,
-    RESOURCE_EXHAUSTED,
-    DEADLINE_EXCEEDED,
-    DROPPED,
-    UNAVAILABLE,
-    UNSUPPORTED_VERSION,
-    INTERNAL,
-)
-
 
 class EdgedError(Exception):
     """A failure with a wire status and a message a person can act on."""

@@ -38,6 +38,7 @@ from edged.metrics import Metrics
 from edged.protocol import (
     ProtocolError,
     Request,
+    decode_header,
     encode_header,
     error_reply,
     ok_reply_frames,
@@ -274,7 +275,6 @@ class Server:
         if total > limits.max_message_bytes:
             header = None
             with contextlib.suppress(Exception):
-                from edged.protocol import decode_header
                 header = decode_header(body[0], limits)
             self._send_error(sock, envelope, peek_id(header, limits), None,
                              InvalidArgument(f"message is {total} bytes; the limit is "
@@ -604,7 +604,7 @@ class Server:
                 now = time.monotonic()
                 self._gov_metrics.update(readings, decision, now - last)
                 last = now
-                self._power_w = _total_power(readings)
+                self._power_w = readings.total_power_w
                 self._apply(decision)
             except asyncio.CancelledError:
                 raise
@@ -833,14 +833,6 @@ def _str_arg(msg: dict[str, Any], key: str) -> str:
     if not isinstance(v, str) or not v:
         raise InvalidArgument(f"{key!r} must be a non-empty string")
     return v
-
-
-def _total_power(readings: Any) -> float | None:
-    for attr in ("total_power_w", "power_total_w", "total_w"):
-        v = getattr(readings, attr, None)
-        if isinstance(v, (int, float)):
-            return float(v)
-    return None
 
 
 def _load_server_key(path: Path) -> tuple[bytes, bytes]:

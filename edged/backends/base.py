@@ -31,11 +31,6 @@ class TensorSpec:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "dtype": self.dtype.name, "shape": list(self.shape)}
 
-    @property
-    def batched(self) -> bool:
-        """True when dim 0 is the (dynamic or fixed) batch dimension we may concatenate on."""
-        return len(self.shape) >= 1
-
     def matches_item(self, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
         """Does a tensor of this dtype/shape fit, apart from the batch dimension?"""
         if dtype != self.dtype or len(shape) != len(self.shape):

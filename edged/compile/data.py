@@ -157,6 +157,3 @@ def load_dataset(
         y = np.asarray(y).astype(np.int64).reshape(-1)
     return Dataset(x, y, f"{source} ({x.shape[0]} samples)")
 
-
-def batches(x: np.ndarray, size: int) -> list[np.ndarray]:
-    return [x[i : i + size] for i in range(0, x.shape[0], size)]

@@ -12,9 +12,6 @@ from typing import Any
 from edged.backends import backend_module
 from edged.backends.base import Backend
 
-SUFFIX_BACKEND = {".onnx": "onnxruntime", ".ort": "onnxruntime", ".so": "tvm",
-                  ".engine": "tensorrt", ".plan": "tensorrt"}
-
 
 def open_variant(backend: str, path: Path, threads: int | None, max_batch: int) -> Backend:
     """Load ``path`` with ``backend``'s module and options for ``threads`` CPU threads."""

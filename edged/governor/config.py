@@ -8,7 +8,7 @@ Every problem names its key (``governor.levels[1].exit_c``) via :class:`edged.sc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from edged.schema import Table, non_negative, positive
 
@@ -219,9 +219,6 @@ class GovernorConfig:
             levels=levels,
             auto_max_batch_size=auto_batch,
         )
-
-    def with_levels(self, levels: list[LevelConfig]) -> GovernorConfig:
-        return replace(self, levels=tuple(with_base(levels)))
 
 
 def _check_levels(t: Table, levels: list[LevelConfig]) -> None:
