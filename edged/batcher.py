@@ -66,7 +66,7 @@ class Pending:
     timer: asyncio.TimerHandle | None = None
 
 
-class Limits:
+class Throttle:
     """What the governor currently allows for this model (mutable, read per batch)."""
 
     def __init__(self) -> None:
@@ -103,7 +103,7 @@ class Batcher:
         self.compute = compute
         self.executor = executor
         self.on_batch = on_batch
-        self.limits = Limits()
+        self.throttle = Throttle()
         self.tuned_cap: int | None = None  # best batch size measured on this device
         self.depth = 0
         self._queues: dict[int, deque[Pending]] = {}
@@ -176,10 +176,10 @@ class Batcher:
     def submit(self, p: Pending) -> None:
         if not self._accepting:
             raise Unavailable(f"model {self.model!r} is shutting down")
-        shed = self.limits.shed_priority_above
+        shed = self.throttle.shed_priority_above
         if shed is not None and p.priority > shed:
             raise ResourceExhausted(
-                f"shed: the governor ({self.limits.reason or 'overload'}) serves only "
+                f"shed: the governor ({self.throttle.reason or 'overload'}) serves only "
                 f"priority <= {shed} requests; this one has priority {p.priority}"
             )
         if p.stream is not None:
@@ -228,8 +228,8 @@ class Batcher:
         cap = self.max_batch_size
         if self.tuned_cap is not None:
             cap = max(1, min(cap, self.tuned_cap))
-        if self.limits.max_batch_size is not None:
-            cap = max(1, min(cap, self.limits.max_batch_size))
+        if self.throttle.max_batch_size is not None:
+            cap = max(1, min(cap, self.throttle.max_batch_size))
         return cap
 
     def _take(self, batch: list[Pending], rows: int) -> int:
@@ -265,7 +265,7 @@ class Batcher:
     # -- dispatch -----------------------------------------------------------------------
     def _fast(self) -> bool:
         """No deliberate waiting is configured: batches start straight from the loop."""
-        return self.max_delay_s <= 0 and not self.limits.max_rate_hz and not self._paused
+        return self.max_delay_s <= 0 and not self.throttle.max_rate_hz and not self._paused
 
     def _kick(self) -> None:
         """Start the next batch now if the backend is free, else leave it to the worker.
@@ -338,7 +338,7 @@ class Batcher:
             if self._fast():
                 self._kick()
                 continue
-            rate = self.limits.max_rate_hz
+            rate = self.throttle.max_rate_hz
             if rate:
                 wait = self._next_slot - time.monotonic()
                 if wait > 0:

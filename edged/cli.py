@@ -134,7 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from edged.config import load_config
     from edged.errors import ConfigError
-    from edged.registry import load_variant
+    from edged.variants import load_variant
 
     try:
         cfg = load_config(args.config)

@@ -32,7 +32,9 @@ import pytest
 
 from edged.backends import backend_module
 from edged.backends import tensorrt as trtb
-from edged.compile.sidecar import read_sidecar, sidecar_path, write_sidecar
+from edged.backends import tensorrt_support as trts
+from edged.backends.base import run_batch
+from edged.backends.sidecar import read_sidecar, sidecar_path, write_sidecar
 from edged.compile.tensorrt import EngineBuildError, GpuUnavailable, build_engine, onnx_precision
 from edged.errors import ArtifactError, ConfigError
 from edged.schema import Table, raise_if_problems
@@ -51,7 +53,7 @@ def _has(module: str) -> bool:
 HAS_TRT = _has("tensorrt")
 HAS_CUDA_PYTHON = _has("cuda.bindings") or _has("cuda.cudart")
 HAS_ONNX = _has("onnx")
-GPU_OK, GPU_WHY = trtb.probe()
+GPU_OK, GPU_WHY = trts.probe()
 gpu = pytest.mark.skipif(not GPU_OK, reason=GPU_WHY)
 no_gpu_with_cuda_python = pytest.mark.skipif(
     not HAS_CUDA_PYTHON or GPU_OK,
@@ -155,13 +157,13 @@ def test_missing_tensorrt_names_the_extra_and_the_file(
     assert str(plan) in msg
     assert "TensorRT is not installed" in msg
     assert "edged[tensorrt]" in msg and "NVIDIA's package index" in msg
-    ok, why = trtb.probe()
+    ok, why = trts.probe()
     assert not ok and "edged[tensorrt]" in why
 
 
 @pytest.mark.skipif(HAS_TRT, reason="TensorRT is installed here")
 def test_really_missing_tensorrt_probe_says_install() -> None:
-    ok, why = trtb.probe()
+    ok, why = trts.probe()
     assert ok is False
     assert why.startswith("TensorRT is not installed") and "edged[tensorrt]" in why
 
@@ -171,8 +173,8 @@ def test_really_missing_tensorrt_probe_says_install() -> None:
 
 @no_gpu_with_cuda_python
 def test_cuda_probe_without_gpu_says_no_usable_device() -> None:
-    with pytest.raises(trtb.GpuUnavailableError) as ei:
-        trtb.cuda_device_info(0)
+    with pytest.raises(trts.GpuUnavailableError) as ei:
+        trts.cuda_device_info(0)
     msg = str(ei.value)
     assert msg.startswith("no usable CUDA device")
     assert "cudaGetDeviceCount" in msg and "cudaError" in msg
@@ -180,11 +182,11 @@ def test_cuda_probe_without_gpu_says_no_usable_device() -> None:
 
 @pytest.mark.skipif(not HAS_CUDA_PYTHON, reason="cuda-python not installed")
 def test_check_cuda_raises_with_the_error_name() -> None:
-    cudart = trtb.import_cudart()
+    cudart = trts.import_cudart()
     # Device 9999 never exists: InvalidDevice with a driver, InsufficientDriver without.
     with pytest.raises(RuntimeError, match=r"cudaSetDevice\(9999\) failed: cudaError\w+ \(\d+\)"):
-        trtb.check_cuda(cudart.cudaSetDevice(9999), "cudaSetDevice(9999)")
-    assert trtb.check_cuda(cudart.cudaRuntimeGetVersion()) > 0
+        trts.check_cuda(cudart.cudaSetDevice(9999), "cudaSetDevice(9999)")
+    assert trts.check_cuda(cudart.cudaRuntimeGetVersion()) > 0
 
 
 @no_gpu_with_cuda_python
@@ -516,7 +518,7 @@ def test_gpu_backend_matches_onnxruntime(built_plan: tuple[Path, Path]) -> None:
     sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     be = trtb.open_backend(plan, trtb.Options(), 8)
     try:
-        assert be.batch_sizes is None
+        assert be.batch_sizes is not None and be.batch_sizes[0] == 1  # the profile's range
         assert [s.to_json() for s in be.inputs] == [
             {"name": "input", "dtype": "float32", "shape": [-1, 1, 28, 28]}
         ]
@@ -525,7 +527,7 @@ def test_gpu_backend_matches_onnxruntime(built_plan: tuple[Path, Path]) -> None:
         rng = np.random.default_rng(1)
         for n in (1, 3, 8, 11):  # 11 > profile max: runs in two chunks
             x = rng.standard_normal((n, 1, 28, 28)).astype(np.float32)
-            got = be.run({"input": x})["logits"]
+            got = run_batch(be, {"input": x})["logits"]
             ref = sess.run(None, {"input": x})[0]
             assert got.shape == (n, 10)
             np.testing.assert_allclose(got, ref, atol=1e-2, rtol=1e-2)  # TF32 on Ampere+
@@ -566,8 +568,8 @@ def test_gpu_static_batch_plan_reports_its_batch(tmp_path: Path) -> None:
     be = trtb.open_backend(plan, trtb.Options(), 4)
     try:
         assert be.batch_sizes == (4,)
-        out = be.run({"input": np.zeros((2, 1, 28, 28), np.float32)})["logits"]
-        assert out.shape == (2, 10)  # padded to 4 inside, sliced back
+        out = run_batch(be, {"input": np.zeros((2, 1, 28, 28), np.float32)})["logits"]
+        assert out.shape == (2, 10)  # padded to 4 by run_batch, sliced back
     finally:
         be.close()
 

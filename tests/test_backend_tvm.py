@@ -20,10 +20,11 @@ pytest.importorskip("tvm")
 ort = pytest.importorskip("onnxruntime")
 
 from edged.backends import backend_module  # noqa: E402
+from edged.backends.base import run_batch  # noqa: E402
+from edged.backends.sidecar import sha256_file, sidecar_path, write_sidecar  # noqa: E402
 from edged.backends.tvm import Options, open_backend  # noqa: E402
 from edged.compile import tvm_build  # noqa: E402
 from edged.compile.modelinfo import io_specs, tool_versions  # noqa: E402
-from edged.compile.sidecar import sha256_file, sidecar_path, write_sidecar  # noqa: E402
 from edged.errors import ArtifactError  # noqa: E402
 from edged.schema import Table  # noqa: E402
 
@@ -88,9 +89,11 @@ def test_per_batch_set_pads_and_chunks(built, data) -> None:
     be = backend_module("tvm").open_backend(built["set"], Options(), 8)
     assert be.batch_sizes == (1, 4)
     for n in (1, 2, 3, 4, 6, 9):  # padded to 4; larger batches run in chunks
-        out = be.run({"input": x[:n]})["logits"]
+        out = run_batch(be, {"input": x[:n]})["logits"]
         assert out.shape == (n, 10)
         np.testing.assert_allclose(out, ref[:n], atol=1e-4, rtol=1e-4)
+    with pytest.raises(ArtifactError, match="no library for batch 3"):
+        be.run({"input": x[:3]})  # the backend itself runs only its compiled sizes
 
 
 def test_options_from_table() -> None:

@@ -19,8 +19,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from edged.backends.sidecar import read_sidecar, sidecar_path, write_sidecar
 from edged.compile import cli
-from edged.compile.sidecar import read_sidecar, sidecar_path, write_sidecar
 from edged.compile.validate import compare
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,8 +1,10 @@
 """The one small interface every runtime implements.
 
-A backend is a loaded, ready-to-run artifact. The batcher hands it a dict of
-batched numpy arrays and gets a dict back; everything runtime-specific (sessions,
-VMs, CUDA streams, padding to compiled batch sizes) stays inside the backend file.
+A backend is a loaded, ready-to-run artifact. The model hands it a dict of batched
+numpy arrays and gets a dict back; everything runtime-specific (sessions, VMs, CUDA
+streams) stays inside the backend file. Fitting a batch to the sizes a backend was
+compiled for is *not* the backend's job: a backend declares ``batch_sizes`` and
+``run_batch`` below, the one owner of padding and splitting, does the rest.
 Backends are called from one worker thread at a time per model variant, so they
 need not be thread-safe, but ``run`` must release the GIL while computing where the
 runtime allows it (ORT, TVM and TensorRT all do).
@@ -54,8 +56,9 @@ class Backend(abc.ABC):
 
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
-    #: None when any batch size up to the model's max works; otherwise the compiled
-    #: batch sizes, ascending. The batcher pads a batch up to the next one.
+    #: None when any batch size up to the model's max works; otherwise the batch sizes
+    #: ``run`` accepts, ascending (TVM per-batch libraries, a TensorRT profile's range).
+    #: ``run`` is then only ever called with one of them: see ``run_batch``.
     batch_sizes: tuple[int, ...] | None = None
     info: BackendInfo
 
@@ -68,7 +71,43 @@ class Backend(abc.ABC):
 
     def warmup(self, batch_size: int = 1) -> None:
         """Run once on zeros so the first real request does not pay for lazy init."""
-        self.run(zero_feeds(self.inputs, batch_size))
+        run_batch(self, zero_feeds(self.inputs, batch_size))
+
+
+def run_batch(backend: Backend, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run ``feeds`` (any number of rows) on a backend that may accept only fixed sizes.
+
+    The one place padding happens: rows are split into chunks no larger than the
+    biggest accepted size, each chunk is zero-padded up to the smallest accepted size
+    that holds it, and the padding rows are cut from the outputs. Backends with
+    ``batch_sizes = None`` get the batch as it is.
+    """
+    sizes = backend.batch_sizes
+    if not sizes:
+        return backend.run(feeds)
+    n = next(iter(feeds.values())).shape[0] if feeds else 0
+    if n in sizes:
+        return backend.run(feeds)
+    chunks: list[dict[str, np.ndarray]] = []
+    start = 0
+    while start < n:
+        take = min(n - start, sizes[-1])
+        size = next(s for s in sizes if s >= take)
+        part = {k: _pad_rows(a[start:start + take], size) for k, a in feeds.items()}
+        outs = backend.run(part)
+        chunks.append({k: o[:take] for k, o in outs.items()})
+        start += take
+    if len(chunks) == 1:
+        return chunks[0]
+    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+
+def _pad_rows(a: np.ndarray, size: int) -> np.ndarray:
+    if a.shape[0] == size:
+        return a
+    out = np.zeros((size, *a.shape[1:]), dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
 
 
 def zero_feeds(specs: list[TensorSpec], batch_size: int) -> dict[str, np.ndarray]:

@@ -28,9 +28,6 @@ import ctypes
 import hashlib
 import logging
 import platform
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,29 +35,22 @@ from typing import Any
 import numpy as np
 
 from edged.backends.base import Backend, BackendInfo, BackendOptions, TensorSpec, require_file
+from edged.backends.sidecar import read_sidecar
+from edged.backends.tensorrt_support import (
+    CUDA_PYTHON_HINT,
+    GpuUnavailableError,
+    _no_device_from_trt,
+    check_cuda,
+    cuda_device_info,
+    import_cudart,
+    import_tensorrt,
+    trt_logger,
+    trt_messages,
+)
 from edged.errors import ArtifactError, EdgedError, InvalidArgument
 from edged.schema import Table, non_negative
 
 log = logging.getLogger(__name__)
-
-#: Shown whenever ``import tensorrt`` fails. TensorRT's PyPI packages are stubs that
-#: fetch the real wheels from NVIDIA's index; JetPack ships its own build instead.
-INSTALL_HINT = (
-    "install edged[tensorrt] (TensorRT wheels come from NVIDIA's package index: "
-    "pip install --extra-index-url https://pypi.nvidia.com 'edged[tensorrt]'; "
-    "pick tensorrt-cu12 for CUDA 12 drivers, and on Jetson use JetPack's python3-libnvinfer "
-    "in a venv created with --system-site-packages)"
-)
-CUDA_PYTHON_HINT = (
-    "install cuda-python matching the driver's CUDA major version "
-    "(pip install 'cuda-python>=12,<13' for CUDA 12 drivers such as JetPack 6; "
-    "'cuda-python>=13' needs an R580+ driver)"
-)
-
-
-class GpuUnavailableError(RuntimeError):
-    """No usable TensorRT + CUDA device here; the message says which part is missing."""
-
 
 # -- options --------------------------------------------------------------------------
 
@@ -85,213 +75,6 @@ class Options(BackendOptions):
         version_compatible = t.get("version_compatible", bool, False)
         t.done()
         return cls(device=device, version_compatible=version_compatible)
-
-
-# -- cuda-python helpers ---------------------------------------------------------------
-
-
-def import_cudart() -> Any:
-    """``cuda.bindings.runtime`` (cuda-python >= 12.6), else the older ``cuda.cudart``."""
-    try:
-        from cuda.bindings import runtime as cudart
-    except ImportError:
-        from cuda import cudart  # cuda-python < 12.6 layout
-    return cudart
-
-
-def check_cuda(result: Any, what: str = "CUDA call") -> Any:
-    """Unwrap a cuda-python result tuple ``(err, *values)``, raising with the error's name.
-
-    cuda-python never raises on CUDA errors: every call returns the error code first.
-    Forgetting to look at it turns a failed cudaMalloc into a segfault later, so every
-    call in this module goes through here.
-    """
-    err, rest = result[0], result[1:]
-    if int(err) != 0:
-        raise RuntimeError(f"{what} failed: {_cuda_error_text(err)}")
-    if not rest:
-        return None
-    return rest[0] if len(rest) == 1 else rest
-
-
-def _cuda_error_text(err: Any) -> str:
-    """``cudaErrorInsufficientDriver (35): CUDA driver version is insufficient ...``."""
-    name = getattr(err, "name", None) or str(err)
-    desc = ""
-    try:
-        cudart = import_cudart()
-        rc, text = cudart.cudaGetErrorString(err)
-        if int(rc) == 0 and text:
-            desc = text.decode() if isinstance(text, bytes) else str(text)
-    except Exception:  # the name alone is still useful
-        pass
-    return f"{name} ({int(err)})" + (f": {desc}" if desc else "")
-
-
-def _cuda_version_text(v: int) -> str:
-    """cudart encodes versions as 1000*major + 10*minor (12060 -> '12.6'); 0 = no driver."""
-    return "none" if v <= 0 else f"{v // 1000}.{(v % 1000) // 10}"
-
-
-def cuda_device_info(device: int = 0) -> dict[str, Any]:
-    """Name, compute capability and memory of CUDA device ``device``.
-
-    Raises GpuUnavailableError with an actionable reason when cuda-python is missing,
-    no driver is loaded, the driver is too old for cuda-python's CUDA version, or the
-    device index does not exist. Never touches TensorRT.
-    """
-    try:
-        cudart = import_cudart()
-    except ImportError as e:
-        raise GpuUnavailableError(f"cuda-python is not installed ({e}); {CUDA_PYTHON_HINT}") from e
-
-    runtime_version = 0
-    driver_version = 0
-    try:
-        rc, v = cudart.cudaRuntimeGetVersion()
-        runtime_version = int(v) if int(rc) == 0 else 0
-        rc, v = cudart.cudaDriverGetVersion()
-        driver_version = int(v) if int(rc) == 0 else 0
-    except Exception:  # versions are only for the message
-        pass
-    versions = (
-        f"driver supports CUDA {_cuda_version_text(driver_version)}, "
-        f"cuda-python targets CUDA {_cuda_version_text(runtime_version)}"
-    )
-    err, count = cudart.cudaGetDeviceCount()
-    if int(err) != 0:
-        name = getattr(err, "name", str(err))
-        if name == "cudaErrorInsufficientDriver" and driver_version <= 0:
-            why = (
-                "no NVIDIA driver is loaded (no NVIDIA GPU here, or its driver is not "
-                "installed; check nvidia-smi, or tegrastats on a Jetson)"
-            )
-        elif name == "cudaErrorInsufficientDriver":
-            why = f"the driver is older than the CUDA cuda-python targets ({versions}); " + (
-                CUDA_PYTHON_HINT
-            )
-        elif name == "cudaErrorNoDevice":
-            why = f"the driver reports no CUDA-capable device ({versions})"
-        else:
-            why = versions
-        raise GpuUnavailableError(
-            f"no usable CUDA device: cudaGetDeviceCount returned {_cuda_error_text(err)}; {why}"
-        )
-    if count <= device:
-        raise GpuUnavailableError(
-            f"no usable CUDA device: device {device} requested but {count} CUDA device(s) found"
-        )
-    prop = check_cuda(cudart.cudaGetDeviceProperties(device), f"cudaGetDeviceProperties({device})")
-    raw_name = prop.name
-    name = (
-        raw_name.split(b"\0", 1)[0].decode(errors="replace")
-        if isinstance(raw_name, bytes | bytearray)
-        else str(raw_name)
-    )
-    return {
-        "device": device,
-        "name": name,
-        "compute_capability": f"{prop.major}.{prop.minor}",
-        "sm": prop.major * 10 + prop.minor,
-        "total_memory": int(prop.totalGlobalMem),
-        "integrated": bool(getattr(prop, "integrated", 0)),
-        "device_count": int(count),
-        "driver_cuda": _cuda_version_text(driver_version),
-        "runtime_cuda": _cuda_version_text(runtime_version),
-    }
-
-
-def import_tensorrt() -> Any:
-    """``import tensorrt`` or GpuUnavailableError carrying INSTALL_HINT."""
-    try:
-        import tensorrt as trt
-    except ImportError as e:
-        raise GpuUnavailableError(f"TensorRT is not installed ({e}); {INSTALL_HINT}") from e
-    return trt
-
-
-def probe(device: int = 0) -> tuple[bool, str]:
-    """Is TensorRT + a usable CUDA device present here, and if not, why not?
-
-    Used to skip GPU tests, by ``scripts/device-check`` and by the compile CLI. Creates
-    (and drops) a ``trt.Runtime`` because that is the call that fails without a GPU.
-    """
-    try:
-        trt = import_tensorrt()
-        dev = cuda_device_info(device)
-        with trt_messages() as msgs:
-            try:
-                runtime = trt.Runtime(trt_logger(trt))
-            except TypeError as e:
-                raise GpuUnavailableError(_no_device_from_trt(e, msgs)) from e
-        del runtime
-    except GpuUnavailableError as e:
-        return False, str(e)
-    return True, (
-        f"TensorRT {trt.__version__} on cuda:{device} {dev['name']} "
-        f"(compute capability {dev['compute_capability']})"
-    )
-
-
-# -- TensorRT logger -------------------------------------------------------------------
-
-_LOGGER: Any = None
-_LOGGER_LOCK = threading.Lock()
-_CAPTURE = threading.local()
-
-
-def trt_logger(trt: Any) -> Any:
-    """One process-wide ``trt.ILogger`` forwarding to ``logging`` and capturing errors.
-
-    One instance because TensorRT treats the logger as a process singleton (it warns
-    when different runtimes/builders get different loggers). Capturing lets a failed
-    deserialize/build report TensorRT's own reason ("version tag does not match").
-    """
-    global _LOGGER
-    with _LOGGER_LOCK:
-        if _LOGGER is None:
-            sev = trt.ILogger.Severity
-
-            class _Logger(trt.ILogger):  # type: ignore[misc, name-defined]
-                def __init__(self) -> None:
-                    trt.ILogger.__init__(self)
-
-                def log(self, severity: Any, msg: str) -> None:
-                    if severity in (sev.INTERNAL_ERROR, sev.ERROR):
-                        level = logging.ERROR
-                    elif severity == sev.WARNING:
-                        level = logging.WARNING
-                    elif severity == sev.INFO:
-                        level = logging.DEBUG  # TRT's INFO is chatty (tactics, memory)
-                    else:
-                        return
-                    log.log(level, "[TRT] %s", msg)
-                    sink = getattr(_CAPTURE, "messages", None)
-                    if sink is not None and level >= logging.WARNING:
-                        sink.append(msg)
-
-            _LOGGER = _Logger()
-        return _LOGGER
-
-
-@contextmanager
-def trt_messages() -> Iterator[list[str]]:
-    """Collect TensorRT warnings/errors logged by this thread inside the block."""
-    prev = getattr(_CAPTURE, "messages", None)
-    msgs: list[str] = []
-    _CAPTURE.messages = msgs
-    try:
-        yield msgs
-    finally:
-        _CAPTURE.messages = prev
-
-
-def _no_device_from_trt(e: BaseException, msgs: list[str]) -> str:
-    said = f" TensorRT said: {msgs[-1]}" if msgs else ""
-    return (
-        "no usable CUDA device: TensorRT could not initialise CUDA "
-        f"({type(e).__name__}: {e}).{said} Check the NVIDIA driver (nvidia-smi / tegrastats)."
-    )
 
 
 # -- sidecar compatibility (pure: no TensorRT or CUDA needed) -------------------------
@@ -460,7 +243,6 @@ class TensorRTBackend(Backend):
 
     # -- loading ----------------------------------------------------------------------
     def _load(self, max_batch_size: int) -> None:
-        from edged.compile.sidecar import read_sidecar
 
         path, opts = self.path, self.options
         require_file(path, "TensorRT plan")
@@ -586,9 +368,9 @@ class TensorRTBackend(Backend):
         self.inputs, self.outputs = inputs, outputs
         self._dynamic_batch = dynamic_batch
         self._min_batch, self._max_batch = int(min_batch), int(max_batch)
-        # Dynamic: any batch in the profile works (smaller ones are padded to the
-        # profile minimum inside run). Static: the batcher pads to the one size.
-        self.batch_sizes = None if dynamic_batch else (self._max_batch,)
+        # The sizes run() accepts: the profile's range, or the one static size.
+        # backends.base.run_batch pads up to the minimum and splits above the maximum.
+        self.batch_sizes = tuple(range(self._min_batch, self._max_batch + 1))
 
     def _allocate(self, max_batch_size: int) -> None:
         """Device + pinned host buffers for every I/O tensor at the profile's max shapes."""
@@ -650,19 +432,16 @@ class TensorRTBackend(Backend):
                     f"input {s.name!r}: shape {list(a.shape)} does not fit {list(s.shape)} "
                     f"with batch {n}"
                 )
+        if n not in self.batch_sizes:
+            raise InvalidArgument(f"batch {n} is outside the plan's profile [{self._min_batch}, "
+                                  f"{self._max_batch}] (call through run_batch)")
         check_cuda(self._cudart.cudaSetDevice(self.options.device), "cudaSetDevice")
-        chunks: list[dict[str, np.ndarray]] = []
-        for start in range(0, max(n, 1), self._max_batch):
-            stop = min(start + self._max_batch, n)
-            chunks.append(self._run_chunk(feeds, start, stop))
-        if len(chunks) == 1:
-            return chunks[0]
-        return {k: np.concatenate([c[k] for c in chunks], axis=0) for k in chunks[0]}
+        return self._run_chunk(feeds, 0, n)
 
     def _run_chunk(
         self, feeds: dict[str, np.ndarray], start: int, stop: int
     ) -> dict[str, np.ndarray]:
-        """H2D copies, enqueue, D2H copies, one stream sync; rows padded to the profile min."""
+        """H2D copies, enqueue, D2H copies, one stream sync."""
         cudart, ctx, stream = self._cudart, self._context, self._stream
         rows = stop - start
         run_rows = max(rows, self._min_batch)

@@ -5,7 +5,7 @@ names, the TVM version that built it or the CPU it was built for. Loading a
 library built by another TVM version or for another architecture fails with a
 cryptic dlopen or FFI error (or worse, crashes), so we refuse it early with a
 message naming the file, from the facts in ``<artifact>.json`` (see
-``edged/compile/sidecar.py`` and docs/compile.md).
+``edged/backends/sidecar.py`` and docs/compile.md).
 
 Artifact layouts (the sidecar's ``batch_sizes`` says which one):
 
@@ -17,8 +17,8 @@ Artifact layouts (the sidecar's ``batch_sizes`` says which one):
   has ``batch_sizes: [1, 2, 4, 8]`` and ``files: {"1": {"path": "NAME.b1.so",
   "sha256": ...}, ...}``, paths relative to the sidecar's folder.
 
-A batch smaller than a compiled size is zero-padded up to the next size and the
-outputs are sliced back; a batch larger than the largest size is run in chunks.
+``batch_sizes`` declares the compiled sizes; ``backends.base.run_batch`` pads a
+smaller batch up to the next size and splits a larger one.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _import_tvm(threads: int | None) -> Any:
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
-    from edged.compile.sidecar import read_sidecar, sidecar_path
+    from edged.backends.sidecar import read_sidecar, sidecar_path
 
     if not sidecar_path(path).exists():
         require_file(path, "TVM library")
@@ -188,7 +188,7 @@ def check_elf(path: Path) -> None:
 
 def _library_files(path: Path, meta: dict[str, Any]) -> dict[int | None, Path]:
     """Batch size (None = dynamic) -> library file, checked to exist and be intact."""
-    from edged.compile.sidecar import sha256_file
+    from edged.backends.sidecar import sha256_file
 
     sizes = meta.get("batch_sizes")
     files = meta.get("files")
@@ -222,7 +222,7 @@ def _library_files(path: Path, meta: dict[str, Any]) -> dict[int | None, Path]:
 
 
 class TvmBackend(Backend):
-    """One Relax VM per library file; inputs are padded up to a compiled batch size."""
+    """One Relax VM per library file (one per compiled batch size, or one dynamic)."""
 
     kind = "tvm"
 
@@ -290,44 +290,24 @@ class TvmBackend(Backend):
             return [res.numpy()]
         return [r.numpy() for r in res]
 
-    def _pick(self, n: int) -> int:
-        for size in self.batch_sizes or ():
-            if size >= n:
-                return size
-        return self.batch_sizes[-1] if self.batch_sizes else n
-
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One VM call. With fixed-size libraries the batch is one of ``batch_sizes``
+        (``backends.base.run_batch`` pads and splits)."""
         try:
             arrays = [np.ascontiguousarray(feeds[s.name], dtype=s.dtype) for s in self.inputs]
         except KeyError as e:
             raise ArtifactError(f"{self.path}: missing input {e.args[0]!r}") from e
         n = arrays[0].shape[0]
-        if self.batch_sizes is None:
-            outs = self._run_vm(self._vms[None], arrays)
-            return {s.name: o for s, o in zip(self.outputs, outs, strict=True)}
-        chunks: list[list[np.ndarray]] = []
-        start = 0
-        while start < n:
-            size = self._pick(n - start)
-            take = min(size, n - start)
-            part = [a[start : start + take] for a in arrays]
-            if take < size:
-                part = [_pad(a, size) for a in part]
-            outs = self._run_vm(self._vms[size], part)
-            chunks.append([o[:take] for o in outs])
-            start += take
-        per_output = zip(*chunks, strict=True)
-        merged = [np.concatenate(c, axis=0) if len(chunks) > 1 else c[0] for c in per_output]
-        return {s.name: o for s, o in zip(self.outputs, merged, strict=True)}
+        key = None if self.batch_sizes is None else n
+        vm = self._vms.get(key)
+        if vm is None:
+            raise ArtifactError(f"{self.path}: no library for batch {n}; compiled sizes are "
+                                f"{list(self.batch_sizes or ())} (call through run_batch)")
+        outs = self._run_vm(vm, arrays)
+        return {s.name: o for s, o in zip(self.outputs, outs, strict=True)}
 
     def close(self) -> None:
         self._vms.clear()
-
-
-def _pad(a: np.ndarray, size: int) -> np.ndarray:
-    out = np.zeros((size, *a.shape[1:]), dtype=a.dtype)
-    out[: a.shape[0]] = a
-    return out
 
 
 def open_backend(path: Path, options: Options, max_batch_size: int) -> Backend:

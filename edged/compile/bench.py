@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from edged.backends.base import Backend, zero_feeds
+from edged.backends.base import Backend, run_batch, zero_feeds
 
 
 @dataclass
@@ -41,12 +41,12 @@ def _times(backend: Backend, batch: int, runs: int, budget_s: float) -> list[flo
         if v.dtype.kind == "f":
             feeds[k] = rng.random(v.shape, dtype=np.float32).astype(v.dtype)
     for _ in range(3):
-        backend.run(feeds)
+        run_batch(backend, feeds)
     out: list[float] = []
     deadline = time.perf_counter() + budget_s
     while len(out) < runs and (len(out) < 5 or time.perf_counter() < deadline):
         t0 = time.perf_counter()
-        backend.run(feeds)
+        run_batch(backend, feeds)
         out.append(time.perf_counter() - t0)
     return out
 

@@ -150,8 +150,8 @@ def _base_meta(ctx: Context, backend: str, precision: str, step: str) -> dict[st
 # -- steps -----------------------------------------------------------------------------
 
 def step_ort(ctx: Context, step: str) -> list[Path]:
+    from edged.backends.sidecar import sha256_file, write_sidecar
     from edged.compile import ort_steps
-    from edged.compile.sidecar import sha256_file, write_sidecar
 
     out = ctx.out
     if step == "ort-opt":
@@ -182,8 +182,8 @@ def step_ort(ctx: Context, step: str) -> list[Path]:
 
 
 def step_tvm(ctx: Context) -> list[Path]:
+    from edged.backends.sidecar import sha256_file, write_sidecar
     from edged.compile import tvm_build, tvm_tune
-    from edged.compile.sidecar import sha256_file, write_sidecar
 
     a = ctx.args
     choice = tvm_build.resolve_target(a.target, a.cc, a.threads)
@@ -217,8 +217,8 @@ def _static_set(ctx: Context, choice: Any, label: str, sizes: list[int], tune: A
     """Per-batch-size libraries ``LABEL.b<N>.so`` described by ``LABEL.so.json``."""
     from tqdm import tqdm
 
+    from edged.backends.sidecar import sha256_file, write_sidecar
     from edged.compile import tvm_build
-    from edged.compile.sidecar import sha256_file, write_sidecar
 
     a = ctx.args
     db_dir = (a.tuning_db or ctx.out / "tuning-db") if tune else None
@@ -262,7 +262,7 @@ def step_tensorrt(ctx: Context) -> list[Path]:
                                timing_cache=ctx.out / "tensorrt-timing.cache")
     except trt_build.GpuUnavailable as e:
         raise _Skip(str(e)) from e
-    from edged.compile.sidecar import update_sidecar
+    from edged.backends.sidecar import update_sidecar
 
     update_sidecar(out, name=out.stem, step="tensorrt")
     return [out]
@@ -299,9 +299,9 @@ def reference(ctx: Context) -> None:
 
 def check_variant(ctx: Context, path: Path) -> None:
     """Validate and time one artifact, record the results, move it aside if rejected."""
+    from edged.backends.sidecar import read_sidecar, update_sidecar
     from edged.compile import bench
     from edged.compile.runners import open_variant
-    from edged.compile.sidecar import read_sidecar, update_sidecar
     from edged.compile.validate import compare, predict
 
     a = ctx.args
@@ -341,7 +341,7 @@ def check_variant(ctx: Context, path: Path) -> None:
 
 
 def _move_aside(path: Path, meta: dict[str, Any]) -> Path:
-    from edged.compile.sidecar import sidecar_path
+    from edged.backends.sidecar import sidecar_path
 
     dest = path.parent / "rejected"
     dest.mkdir(exist_ok=True)
@@ -393,9 +393,9 @@ def run(args: argparse.Namespace) -> int:
               "(pip install 'edged[compile]'; add ,tvm for the TVM step)", file=sys.stderr)
         return 2
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))  # before TVM's first import
+    from edged.backends.sidecar import sha256_file
     from edged.compile import ladder
     from edged.compile.modelinfo import io_specs
-    from edged.compile.sidecar import sha256_file
 
     try:
         steps = parse_steps(args.steps)

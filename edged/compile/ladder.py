@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from edged.compile.sidecar import FORMAT
+from edged.backends.sidecar import FORMAT
 
 SOURCE_RECORD = "source.json"
 

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edged.backends.tensorrt import (
+from edged.backends.sidecar import sha256_file, write_sidecar
+from edged.backends.tensorrt_support import (
     GpuUnavailableError,
     check_cuda,
     cuda_device_info,
@@ -32,7 +33,6 @@ from edged.backends.tensorrt import (
     trt_logger,
     trt_messages,
 )
-from edged.compile.sidecar import sha256_file, write_sidecar
 
 log = logging.getLogger(__name__)
 

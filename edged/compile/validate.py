@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from edged.backends.base import Backend
+from edged.backends.base import Backend, run_batch
 
 
 def predict(backend: Backend, x: np.ndarray, batch: int) -> np.ndarray:
     """First output of ``backend`` over ``x`` in batches, as float64."""
     name_in = backend.inputs[0].name
     name_out = backend.outputs[0].name
-    outs = [backend.run({name_in: np.ascontiguousarray(x[i : i + batch])})[name_out]
+    outs = [run_batch(backend, {name_in: np.ascontiguousarray(x[i : i + batch])})[name_out]
             for i in range(0, x.shape[0], batch)]
     return np.concatenate(outs).astype(np.float64)
 

@@ -1,0 +1,398 @@
+"""One served model: its batcher, its active variant, hot swaps, and request preparation.
+
+A swap loads and warms the new variant *beside* the old one, checks it, then switches
+the pointer the worker reads per batch. The old variant is closed on the model's
+worker thread *after* whatever batch it is computing, so a request always finishes on
+the variant that took it and none fails because of a swap. When memory is too tight
+to hold both, the batcher is paused (requests keep queueing), the old variant is
+closed, the new one loaded, and batching resumes.
+
+The server talks to a model only through the methods here; the batcher and the
+loaded backend are the model's own business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import psutil
+
+from edged.backends.base import TensorSpec, run_batch
+from edged.batcher import Batcher, Pending
+from edged.config import ModelConfig, VariantConfig
+from edged.errors import ArtifactError, EdgedError, InvalidArgument, Unavailable
+from edged.metrics import Metrics
+from edged.preprocess import Preprocessor
+from edged.protocol import InputMeta, Limits, Request
+from edged.variants import Loaded, check_candidate, open_variant
+
+log = logging.getLogger("edged.model")
+
+Outputs = list[list[tuple[str, np.ndarray]]]
+
+
+class Model:
+    """One configured model: queue, worker thread, active variant and state."""
+
+    def __init__(self, cfg: ModelConfig, metrics: Metrics, limits: Limits,
+                 power_w: Callable[[], float | None] | None = None,
+                 swap_headroom_bytes: int = 64 << 20) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.metrics = metrics
+        self.limits = limits
+        self.power_w = power_w
+        self.swap_headroom_bytes = swap_headroom_bytes
+        self.state = "loading"
+        self.error: str | None = None
+        self.active: Loaded | None = None
+        self.inputs: list[TensorSpec] = []
+        self.outputs: list[TensorSpec] = []
+        self._output_names: set[str] = set()
+        self.preprocessor = Preprocessor(cfg.preprocess) if cfg.preprocess else None
+        self._pre_input: str | None = None
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"edged-{cfg.name}")
+        self._batcher = Batcher(cfg.name, cfg.max_batch_size, cfg.max_queue, cfg.max_delay_ms,
+                                self._compute, self.executor, self._on_batch)
+        self._swap_lock = asyncio.Lock()
+        self._swap_target: int | None = None
+        self.last_swap: dict[str, Any] | None = None
+        metrics.queue_capacity.labels(cfg.name).set(cfg.max_queue)
+        metrics.model_ready.labels(cfg.name).set(0)
+        # Labelled series looked up once, not per request (.labels() costs µs each).
+        self._m_queue_depth = metrics.queue_depth.labels(cfg.name)
+        self._m_request_duration = metrics.request_duration.labels(cfg.name)
+        self._m_queue_duration = metrics.queue_duration.labels(cfg.name)
+        self._m_batch_size = metrics.batch_size.labels(cfg.name)
+        self._m_variant: dict[str, tuple[Any, Any]] = {}
+
+    # -- what the server asks -----------------------------------------------------------
+    @property
+    def variant_names(self) -> list[str]:
+        return [v.name for v in self.cfg.variants]
+
+    @property
+    def active_index(self) -> int | None:
+        return self.active.index if self.active else None
+
+    @property
+    def active_variant(self) -> str:
+        return self.active.config.name if self.active else ""
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready" and self.active is not None
+
+    @property
+    def swapping(self) -> bool:
+        return self._swap_target is not None
+
+    @property
+    def depth(self) -> int:
+        return self._batcher.depth
+
+    def stuck(self, now: float, stall_s: float) -> bool:
+        """A batch has been computing for longer than ``stall_s`` (the watchdog asks)."""
+        return self._batcher.busy and now - self._batcher.last_progress > stall_s
+
+    def set_throttle(self, max_batch_size: int | None, max_rate_hz: float | None,
+                     shed_priority_above: int | None, reason: str) -> None:
+        """What the governor allows from the next batch on."""
+        t = self._batcher.throttle
+        t.max_batch_size = max_batch_size
+        t.max_rate_hz = max_rate_hz
+        t.shed_priority_above = shed_priority_above
+        t.reason = reason
+
+    # -- loading ------------------------------------------------------------------------
+    async def load(self, index: int = 0) -> None:
+        """Load the variant at ``index`` (0 = heaviest) as the first active variant."""
+        self._batcher.start()
+        v = self.cfg.variants[index]
+        try:
+            loaded = await asyncio.to_thread(self._open, index)
+        except Exception as e:
+            self._load_failed(v, e)
+            raise
+        backend = loaded.backend
+        self.inputs, self.outputs = list(backend.inputs), list(backend.outputs)
+        self._output_names = {o.name for o in self.outputs}
+        self._pick_preprocessed_input()
+        self._activate(loaded)
+        self.state = "ready"
+        self.metrics.model_ready.labels(self.name).set(1)
+
+    def _open(self, index: int) -> Loaded:
+        return open_variant(self.name, index, self.cfg.variants[index], self.cfg.max_batch_size,
+                            self.cfg.auto_batch)
+
+    def _load_failed(self, v: VariantConfig, e: Exception) -> None:
+        self.metrics.model_loads.labels(self.name, v.name, "error").inc()
+        msg = str(e) if isinstance(e, EdgedError) else f"{type(e).__name__}: {e}"
+        if self.active is None:
+            self.state = "failed"
+            self.error = msg
+        log.error("load failed model=%s variant=%s error=%s", self.name, v.name, msg)
+
+    def _activate(self, loaded: Loaded) -> None:
+        self.active = loaded
+        self._batcher.tuned_cap = loaded.batch_cap
+        self.metrics.model_loads.labels(self.name, loaded.config.name, "ok").inc()
+        self.metrics.model_load_duration.labels(self.name, loaded.config.name).set(loaded.load_s)
+        self.metrics.set_active(self.name, loaded.config.name, loaded.config.backend)
+        log.info("model loaded model=%s variant=%s backend=%s device=%s load_ms=%.0f",
+                 self.name, loaded.config.name, loaded.config.backend,
+                 loaded.backend.info.device, loaded.load_s * 1000)
+
+    def _pick_preprocessed_input(self) -> None:
+        if self.preprocessor is None:
+            return
+        want = self.preprocessor.cfg.input
+        names = [s.name for s in self.inputs]
+        if want is not None and want not in names:
+            raise ArtifactError(f"model {self.name!r}: preprocess.input {want!r} is not an input "
+                                f"of the model (inputs: {', '.join(names)})")
+        self._pre_input = want or names[0]
+
+    # -- hot swap -----------------------------------------------------------------------
+    async def swap_to(self, index: int, reason: str) -> bool:
+        """Make variant ``index`` active; on any failure stay on the current one.
+
+        Both variants are held while the new one loads when available memory exceeds
+        twice the new artifact's size plus ``swap_memory_headroom_mb``; otherwise the
+        swap drains first (requests wait in the queue, none fails)."""
+        async with self._swap_lock:
+            cur = self.active
+            if cur is None or cur.index == index or self.state != "ready":
+                return False
+            v = self.cfg.variants[index]
+            self._swap_target = index
+            t0 = time.perf_counter()
+            try:
+                size = v.path.stat().st_size if v.path.exists() else 0
+                need = 2 * size + self.swap_headroom_bytes
+                tight = psutil.virtual_memory().available < need
+                if tight:
+                    loaded = await self._swap_drained(cur, v, index)
+                else:
+                    loaded = await asyncio.to_thread(self._open_checked, index)
+                    self._activate(loaded)
+                    # Runs on the worker thread after the batch in flight (if any).
+                    self.executor.submit(cur.backend.close)
+            except Exception as e:
+                self._load_failed(v, e)
+                self.last_swap = {"to": v.name, "reason": reason, "ok": False,
+                                  "error": str(e), "at": time.time()}
+                return False
+            finally:
+                self._swap_target = None
+            ms = (time.perf_counter() - t0) * 1000
+            self.metrics.swaps.labels(self.name, cur.config.name, v.name,
+                                      _reason_label(reason)).inc()
+            self.last_swap = {"from": cur.config.name, "to": v.name, "reason": reason, "ok": True,
+                              "ms": round(ms, 1), "drained": tight, "at": time.time()}
+            log.info("variant swap model=%s from=%s to=%s reason=%r drained=%s swap_ms=%.0f",
+                     self.name, cur.config.name, v.name, reason, tight, ms)
+            return True
+
+    def _open_checked(self, index: int) -> Loaded:
+        loaded = self._open(index)
+        check_candidate(loaded.config, loaded.backend, self.inputs, self.outputs)
+        return loaded
+
+    async def _swap_drained(self, cur: Loaded, v: VariantConfig, index: int) -> Loaded:
+        self._batcher.pause()
+        try:
+            await self._batcher.idle()
+            await asyncio.get_running_loop().run_in_executor(self.executor, cur.backend.close)
+            try:
+                loaded = await asyncio.to_thread(self._open_checked, index)
+            except Exception:
+                # Put the old variant back: reload it the same way.
+                self.active = await asyncio.to_thread(self._open, cur.index)
+                self._batcher.tuned_cap = self.active.batch_cap
+                raise
+            self._activate(loaded)
+            return loaded
+        finally:
+            self._batcher.resume()
+
+    # -- requests -----------------------------------------------------------------------
+    def prepare(self, req: Request) -> tuple[dict[str, np.ndarray], int, tuple[Any, ...]]:
+        """Validate a request against the model and build its input tensors.
+
+        Raw tensors that match an input (apart from batch) go through untouched; an
+        encoded image or a uint8 HxW(xC) frame goes through the model's preprocessing.
+        """
+        if not self.ready:
+            detail = f": {self.error}" if self.error else ""
+            raise Unavailable(f"model {self.name!r} is {self.state}{detail}")
+        if req.outputs:
+            unknown = [o for o in req.outputs if o not in self._output_names]
+            if unknown:
+                raise InvalidArgument(f"unknown output(s) {', '.join(map(repr, unknown))}; "
+                                      f"model {self.name!r} has {', '.join(self._output_names)}")
+        specs = {s.name: s for s in self.inputs}
+        feeds: dict[str, np.ndarray] = {}
+        unnamed = [s.name for s in self.inputs]
+        for i, meta in enumerate(req.inputs):
+            name = meta.name
+            if name is None:
+                if len(req.inputs) != 1 and len(self.inputs) != 1:
+                    raise InvalidArgument(f"inputs[{i}] needs a name: model {self.name!r} has "
+                                          f"inputs {', '.join(specs)}")
+                name = self._pre_input if (self._pre_input and meta.encoding != "raw") \
+                    else unnamed[min(i, len(unnamed) - 1)]
+            spec = specs.get(name)
+            if spec is None:
+                raise InvalidArgument(f"inputs[{i}]: model {self.name!r} has no input {name!r}; "
+                                      f"its inputs are {', '.join(specs)}")
+            if name in feeds:
+                raise InvalidArgument(f"input {name!r} given twice")
+            feeds[name] = self._tensor(i, meta, spec)
+        missing = [n for n in specs if n not in feeds]
+        if missing:
+            raise InvalidArgument(f"missing input(s) {', '.join(missing)} for model {self.name!r}")
+        rows = {a.shape[0] for a in feeds.values()}
+        if len(rows) != 1:
+            raise InvalidArgument(f"inputs disagree on the batch dimension: {sorted(rows)}")
+        n = rows.pop()
+        if n < 1:
+            raise InvalidArgument("batch dimension is 0: nothing to compute")
+        if n > self.cfg.max_batch_size:
+            raise InvalidArgument(f"{n} rows exceed max_batch_size {self.cfg.max_batch_size} of "
+                                  f"model {self.name!r}; split the request")
+        key = tuple((k, a.dtype.str, a.shape[1:]) for k, a in sorted(feeds.items()))
+        return feeds, n, key
+
+    def _tensor(self, i: int, meta: InputMeta, spec: TensorSpec) -> np.ndarray:
+        if meta.encoding != "raw":
+            if self.preprocessor is None or spec.name != self._pre_input:
+                raise InvalidArgument(f"inputs[{i}]: model {self.name!r} has no preprocessing "
+                                      f"for input {spec.name!r}; send a raw tensor "
+                                      f"{spec.dtype} {list(spec.shape)}")
+            return self.preprocessor.from_encoded(meta.data, self.limits.max_image_pixels,
+                                                  meta.encoding)
+        arr = meta.data
+        assert meta.dtype is not None and meta.shape is not None
+        if spec.matches_item(meta.dtype, meta.shape):
+            return arr
+        if (self.preprocessor is not None and spec.name == self._pre_input
+                and meta.dtype == np.uint8 and len(meta.shape) in (2, 3)):
+            if meta.shape[0] * meta.shape[1] > self.limits.max_image_pixels:
+                raise InvalidArgument(f"inputs[{i}]: frame of {meta.shape[1]}x{meta.shape[0]} "
+                                      f"exceeds {self.limits.max_image_pixels} pixels")
+            return self.preprocessor.from_frame(arr)
+        want = f"{spec.dtype} {['N' if d == -1 else d for d in spec.shape]}"
+        hint = " or a uint8 HxWxC image frame / JPEG / PNG" if self.preprocessor else ""
+        raise InvalidArgument(f"inputs[{i}] ({spec.name!r}): got {meta.dtype} "
+                              f"{list(meta.shape)}; model {self.name!r} expects {want}{hint}")
+
+    def needs_thread(self, req: Request) -> bool:
+        """Image decoding/resizing is heavy enough to keep off the event loop."""
+        return any(m.encoding != "raw" or (m.dtype == np.uint8 and m.shape is not None
+                                           and len(m.shape) in (2, 3)) for m in req.inputs)
+
+    def submit(self, p: Pending) -> None:
+        """Queue a prepared request; raises EdgedError when it cannot be accepted."""
+        try:
+            self._batcher.submit(p)
+        finally:
+            self._m_queue_depth.set(self._batcher.depth)
+
+    def observe_reply(self, variant: str, total_s: float, queue_s: float) -> None:
+        """Per-model request metrics for an answered request (cached series)."""
+        self.variant_series(variant)[0].inc()
+        self._m_request_duration.observe(total_s)
+        self._m_queue_duration.observe(queue_s)
+        self._m_queue_depth.set(self._batcher.depth)
+
+    # -- the worker-thread side ---------------------------------------------------------
+    def _compute(self, batch: list[Pending]) -> tuple[str, Outputs, float]:
+        loaded = self.active
+        if loaded is None:
+            raise Unavailable(f"model {self.name!r} has no loaded variant")
+        t0 = time.perf_counter()
+        total = sum(p.rows for p in batch)
+        if len(batch) == 1:
+            feeds = {k: np.ascontiguousarray(a) for k, a in batch[0].feeds.items()}
+        else:
+            feeds = {k: np.concatenate([p.feeds[k] for p in batch]) for k in batch[0].feeds}
+        outs = run_batch(loaded.backend, feeds)
+        compute_s = time.perf_counter() - t0
+        for o in self.outputs:
+            a = outs.get(o.name)
+            if a is None or a.ndim == 0 or a.shape[0] < total:
+                got = "nothing" if a is None else f"shape {list(a.shape)}"
+                raise EdgedError(f"variant {loaded.config.name!r} returned {got} for output "
+                                 f"{o.name!r}; expected {total} rows")
+        results = []
+        start = 0
+        for p in batch:
+            names = p.outputs or [o.name for o in self.outputs]
+            results.append([(n, outs[n][start:start + p.rows]) for n in names])
+            start += p.rows
+        return loaded.config.name, results, compute_s
+
+    def variant_series(self, variant: str) -> tuple[Any, Any]:
+        """(requests_total{status=OK}, compute_duration) for a variant, cached."""
+        c = self._m_variant.get(variant)
+        if c is None:
+            m = self.metrics
+            c = self._m_variant[variant] = (m.requests.labels(self.name, variant, "OK"),
+                                            m.compute_duration.labels(self.name, variant))
+        return c
+
+    def _on_batch(self, variant: str, rows: int, compute_s: float, batch: list[Pending]) -> None:
+        self.variant_series(variant)[1].observe(compute_s)
+        self._m_batch_size.observe(rows)
+        if self.power_w is not None:
+            w = self.power_w()
+            if w:
+                self.metrics.energy.labels(self.name).inc(w * compute_s)
+
+    # -- introspection and teardown -----------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        a = self.active
+        return {
+            "name": self.name,
+            "state": self.state,
+            "error": self.error,
+            "inputs": [s.to_json() for s in self.inputs],
+            "outputs": [s.to_json() for s in self.outputs],
+            "variants": self.variant_names,
+            "active_variant": a.config.name if a else None,
+            "backend": a.config.backend if a else None,
+            "device": a.backend.info.device if a else None,
+            "max_batch_size": self.cfg.max_batch_size,
+            "batch_cap": a.batch_cap if a else None,
+            "max_queue": self.cfg.max_queue,
+            "queue_depth": self._batcher.depth,
+            "preprocess": bool(self.preprocessor),
+            "last_swap": self.last_swap,
+        }
+
+    async def drain(self, timeout: float) -> None:
+        """Stop accepting; queued requests finish within ``timeout``, the rest UNAVAILABLE."""
+        await self._batcher.drain(timeout)
+
+    async def close(self) -> None:
+        await self._batcher.stop()
+        a = self.active
+        self.active = None
+        self.state = "unloaded"
+        self.metrics.model_ready.labels(self.name).set(0)
+        if a is not None:
+            await asyncio.get_running_loop().run_in_executor(self.executor, a.backend.close)
+        self.executor.shutdown(wait=False)
+
+
+def _reason_label(reason: str) -> str:
+    """Bounded label values: the first word of the reason (governor, operator, reload)."""
+    return reason.split(":", 1)[0].split()[0] if reason else "unknown"

@@ -1,0 +1,129 @@
+"""The control endpoint: operator ops (status, models, reload, load, unload, level, swap).
+
+One table maps each op to its handler; message shapes are in ``edged.protocol``
+(``CONTROL_OPS``) and the client half in ``edged.client``. Never on an inference
+endpoint: the control socket lives in the runtime directory, 0660.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from edged.errors import EdgedError, InvalidArgument, NotFound, Unavailable
+from edged.protocol import encode_header
+from edged.server.endpoints import split_envelope
+from edged.server.governing import Governing
+from edged.server.health import Health
+from edged.server.state import ServerState
+
+log = logging.getLogger("edged.server")
+
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class Control:
+    def __init__(self, state: ServerState, health: Health, governing: Governing,
+                 reload: Callable[[], Awaitable[dict[str, Any]]],
+                 load: Callable[[Any], Awaitable[list[str]]]) -> None:
+        self.state = state
+        self.health = health
+        self.governing = governing
+        self._reload = reload
+        self._load = load
+        self.ops: dict[str, Handler] = {
+            "status": self._status, "models": self._models, "reload": self._reload_op,
+            "load": self._load_op, "unload": self._unload, "level": self._level,
+            "swap": self._swap,
+        }
+
+    async def loop(self, sock: zmq.asyncio.Socket) -> None:
+        while True:
+            frames = await sock.recv_multipart()
+            envelope, body = split_envelope(frames)
+            reply = await self.handle(body)
+            try:
+                await sock.send_multipart([*envelope, encode_header(reply)])
+            except zmq.ZMQError as e:
+                log.debug("control reply not sent: %s", e)
+
+    async def handle(self, body: list[bytes]) -> dict[str, Any]:
+        rid = None
+        try:
+            if len(body) != 1:
+                raise InvalidArgument("a control message is one JSON frame")
+            try:
+                msg = json.loads(body[0])
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise InvalidArgument(f"not JSON: {e}") from None
+            if not isinstance(msg, dict):
+                raise InvalidArgument("a control message is a JSON object")
+            rid = msg.get("id")
+            op = self.ops.get(msg.get("op"))  # type: ignore[arg-type]
+            if op is None:
+                raise NotFound(f"unknown control op {msg.get('op')!r}; known: "
+                               f"{', '.join(self.ops)}")
+            return {"status": "OK", "id": rid, **await op(msg)}
+        except EdgedError as e:
+            return {"status": e.status, "id": rid, "error": str(e)}
+
+    async def _status(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return self.health.status()
+
+    async def _models(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {"models": self.state.registry.describe()}
+
+    async def _reload_op(self, msg: dict[str, Any]) -> dict[str, Any]:
+        res = await self._reload()
+        if not res["ok"]:
+            # A rejected reload is the operator's input error: say so with its reasons.
+            return {"status": "INVALID_ARGUMENT", "reload": res,
+                    "error": "; ".join(map(str, res["error"]))}
+        return {"reload": res}
+
+    async def _level(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {"governor": self.governing.pin_level(msg.get("level"))}
+
+    async def _unload(self, msg: dict[str, Any]) -> dict[str, Any]:
+        m = self.state.registry.get(_str_arg(msg, "model"))
+        await m.drain(self.state.config.server.drain_timeout_s)
+        await m.close()
+        return {"model": m.describe()}
+
+    async def _load_op(self, msg: dict[str, Any]) -> dict[str, Any]:
+        name = _str_arg(msg, "model")
+        mc = self.state.config.model(name)
+        if mc is None:
+            raise NotFound(f"model {name!r} is not in {self.state.config.file}; add it there "
+                           "and run `edged ctl reload`")
+        m = self.state.registry.find(name)
+        if m is not None and m.ready:
+            return {"model": m.describe()}
+        failed = await self._load(mc)
+        m = self.state.registry.get(name)
+        if failed:
+            raise Unavailable(f"model {name!r} failed to load: {m.error}")
+        return {"model": m.describe()}
+
+    async def _swap(self, msg: dict[str, Any]) -> dict[str, Any]:
+        m = self.state.registry.get(_str_arg(msg, "model"))
+        variant = _str_arg(msg, "variant")
+        pin = await self.governing.pin_variant(m, variant)
+        want = m.variant_names[self.governing.index_for(m)]
+        status = "OK" if m.active_variant == want else "INTERNAL"
+        out: dict[str, Any] = {"status": status, "model": m.describe(), **pin}
+        if status != "OK":
+            out["error"] = f"swap to {want!r} failed: {(m.last_swap or {}).get('error')}"
+        return out
+
+
+def _str_arg(msg: dict[str, Any], key: str) -> str:
+    v = msg.get(key)
+    if not isinstance(v, str) or not v:
+        raise InvalidArgument(f"{key!r} must be a non-empty string")
+    return v

@@ -1,0 +1,205 @@
+"""Governor application: the one writer of each model's throttle and of variant swaps
+made by the governor or an operator.
+
+Why one writer: the governor's decision and an operator's ``edged ctl swap`` both
+choose a model's variant; when two places act on their own, the later one silently
+undoes the other (an operator swap used to be reverted on the next governor tick).
+Here both are inputs to one rule:
+
+    variant index = max(pin, governor ladder step), clipped to the ladder
+
+An operator pin holds its variant while the governor allows it; a governor level that
+needs a lighter variant than the pin wins while it lasts, and the pin applies again
+when the level relaxes. ``edged ctl swap MODEL auto`` releases the pin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from edged.config import Config
+from edged.errors import InvalidArgument, NotFound, Unavailable
+from edged.model import Model
+from edged.server.state import ServerState
+
+log = logging.getLogger("edged.server")
+
+
+@dataclass(frozen=True)
+class VariantPin:
+    """An operator's choice of variant for one model."""
+
+    variant: str
+    by: str
+    at: float
+
+
+class Governing:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.governor: Any = None
+        self.pins: dict[str, VariantPin] = {}
+        self._decision: Any = None
+        self._metrics: Any = None
+        self._wake = asyncio.Event()
+        #: set by the lifecycle: refresh systemd's STATUS= line when the level changes
+        self.on_level_change: Callable[[], None] | None = None
+
+    # -- governor lifetime ----------------------------------------------------------------
+    def configure(self, cfg: Config) -> None:
+        """Build the governor for ``cfg`` (at start and on reload), closing the old one.
+
+        A level pinned by the operator survives a reload; pins of variants that no longer
+        exist are dropped."""
+        old = self.governor
+        pinned = old.snapshot().get("pinned") if old is not None else None
+        self.governor = None
+        if old is not None:
+            old.close()
+        if getattr(cfg.governor, "enabled", False):
+            from edged.governor.metrics import GovernorMetrics
+            from edged.governor.policy import Governor
+
+            self.governor = Governor(cfg.governor)
+            if self._metrics is None:
+                self._metrics = GovernorMetrics(self.state.metrics.registry)
+            if pinned:
+                with contextlib.suppress(ValueError):
+                    self.governor.pin(pinned)
+        else:
+            self._decision = None
+        for name, pin in list(self.pins.items()):
+            mc = cfg.model(name)
+            if mc is None or pin.variant not in [v.name for v in mc.variants]:
+                del self.pins[name]
+        self._wake.set()
+
+    def close(self) -> None:
+        if self.governor is not None:
+            self.governor.close()
+            self.governor = None
+
+    async def loop(self) -> None:
+        """Sample, decide, apply; every ``interval_s``, or at once when woken by a pin."""
+        last = time.monotonic()
+        while True:
+            gov = self.governor
+            if gov is not None:
+                try:
+                    readings = await asyncio.to_thread(gov.sample)
+                    if gov is self.governor:  # not replaced by a reload meanwhile
+                        decision = gov.step(readings)
+                        now = time.monotonic()
+                        self._metrics.update(readings, decision, now - last)
+                        last = now
+                        self.state.power_w = readings.total_power_w
+                        self.apply(decision)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("governor step failed; keeping the previous level")
+            self._wake.clear()
+            interval = float(self.state.config.governor.interval_s) if self.governor else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval)
+
+    # -- deciding what each model runs -----------------------------------------------------
+    @property
+    def level(self) -> str | None:
+        return getattr(self._decision, "level", None)
+
+    def index_for(self, m: Model) -> int:
+        """The ladder index ``m`` should run now (also where a newly loaded model starts)."""
+        steps = getattr(self._decision, "ladder_steps", 0) if self._decision is not None else 0
+        pin = self.pins.get(m.name)
+        names = m.variant_names
+        if pin is not None and pin.variant in names:
+            steps = max(steps, names.index(pin.variant))
+        return min(steps, len(names) - 1)
+
+    def apply(self, decision: Any) -> None:
+        prev = self._decision
+        self._decision = decision
+        if prev is None or prev.level != decision.level:
+            log.info("governor level=%s reason=%r", decision.level, decision.reason)
+            if self.on_level_change is not None:
+                self.on_level_change()
+        reason = f"level {decision.level}: {decision.reason}"
+        for m in self.state.registry:
+            m.set_throttle(decision.max_batch_size, decision.max_rate_hz,
+                           decision.shed_priority_above, reason)
+            self._settle(m, f"governor: {reason}")
+
+    def _settle(self, m: Model, reason: str) -> None:
+        if not m.ready or m.swapping:
+            return  # a swap in progress settles again when it ends
+        want = self.index_for(m)
+        if want != m.active_index:
+            self.state.spawn(self._swap(m, want, reason))
+
+    async def _swap(self, m: Model, index: int, reason: str) -> None:
+        await m.swap_to(index, reason)
+        if m.ready and not m.swapping and self.index_for(m) != m.active_index:
+            # The level or a pin moved while we were swapping: follow it now.
+            d = self._decision
+            self._settle(m, f"governor: level {d.level}: {d.reason}" if d is not None
+                         else "operator: edged ctl swap")
+
+    # -- operator inputs -----------------------------------------------------------------
+    async def pin_variant(self, m: Model, variant: str, by: str = "operator") -> dict[str, Any]:
+        """``edged ctl swap MODEL VARIANT|auto``: pin (or release) and act now."""
+        if variant == "auto":
+            self.pins.pop(m.name, None)
+            reason = "operator: pin released (edged ctl swap auto)"
+        else:
+            if variant not in m.variant_names:
+                raise NotFound(f"model {m.name!r} has no variant {variant!r}: {m.variant_names}")
+            self.pins[m.name] = VariantPin(variant, by, time.time())
+            reason = "operator: edged ctl swap"
+        log.info("variant pin model=%s variant=%s by=%s", m.name, variant, by)
+        want = self.index_for(m)
+        if m.ready and want != m.active_index:
+            await m.swap_to(want, reason)
+        return {"pin": self.pin_of(m.name), "held_by_governor": self._held(m)}
+
+    def _held(self, m: Model) -> str | None:
+        """Why the pinned variant is not the one running, when the governor overrides it."""
+        pin = self.pins.get(m.name)
+        if pin is None or self._decision is None or pin.variant not in m.variant_names:
+            return None
+        if self.index_for(m) > m.variant_names.index(pin.variant):
+            return (f"governor level {self._decision.level} needs at least "
+                    f"{m.variant_names[self.index_for(m)]}; the pin applies when it relaxes")
+        return None
+
+    def pin_of(self, name: str) -> dict[str, Any] | None:
+        pin = self.pins.get(name)
+        return asdict(pin) if pin is not None else None
+
+    def pin_level(self, level: Any) -> dict[str, Any]:
+        """``edged ctl level NAME|auto``: hold a governor level by hand."""
+        if self.governor is None:
+            raise Unavailable("the governor is disabled ([governor] enabled = false)")
+        if not isinstance(level, str) or not level:
+            raise InvalidArgument("level needs a level name or 'auto'")
+        try:
+            self.governor.pin(None if level == "auto" else level)
+        except ValueError as e:
+            raise InvalidArgument(str(e)) from None
+        log.info("governor pinned level=%s by operator", level)
+        self._wake.set()  # act now, not at the next monitor tick
+        return dict(self.governor.snapshot())
+
+    def summary(self) -> dict[str, Any] | None:
+        if self.governor is None:
+            return None
+        try:
+            return dict(self.governor.snapshot())
+        except Exception as e:  # status must never fail because of a sensor
+            return {"error": str(e)}

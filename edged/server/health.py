@@ -1,0 +1,141 @@
+"""Health: the systemd watchdog, the STATUS= line, and the status/health replies.
+
+Why the watchdog lives with status: both answer "is this daemon making progress?";
+the watchdog withholds WATCHDOG=1 while any model's batch is stuck, so systemd
+restarts a daemon whose runtime hangs even though its event loop still runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from edged import __version__
+from edged.metrics import Metrics
+from edged.server.governing import Governing
+from edged.server.state import ServerState
+
+log = logging.getLogger("edged.server")
+
+
+class Health:
+    def __init__(self, state: ServerState, governing: Governing) -> None:
+        self.state = state
+        self.governing = governing
+        self._answered_window: list[tuple[float, int]] = []
+
+    async def watchdog_loop(self) -> None:
+        """Ping systemd only while the loop runs (this task) and no worker is stuck."""
+        notifier = self.state.notifier
+        interval = notifier.watchdog_interval()
+        status_every = 10.0
+        last_status = 0.0
+        was_stuck: list[str] = []
+        while True:
+            now = time.monotonic()
+            stall = self.state.config.server.stall_timeout_s  # a batch running longer is stuck
+            stuck = [m.name for m in self.state.registry if m.stuck(now, stall)]
+            if stuck != was_stuck:
+                if stuck:
+                    log.error("watchdog: no progress on model(s) %s for > %.1f s; "
+                              "withholding WATCHDOG=1", ",".join(stuck), stall)
+                else:
+                    log.warning("watchdog: model(s) %s progress again", ",".join(was_stuck))
+                was_stuck = stuck
+            if interval is not None and not stuck:
+                notifier.watchdog()
+            if now - last_status >= status_every:
+                last_status = now
+                self._answered_window.append((now, self.state.answered))
+                self._answered_window = self._answered_window[-7:]
+                notifier.status(self.status_line())
+            await asyncio.sleep(min(interval or 1.0, 1.0))
+
+    def requests_per_second(self) -> float:
+        w = self._answered_window
+        if len(w) < 2:
+            return 0.0
+        (t0, n0), (t1, n1) = w[0], w[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def status_line(self) -> str:
+        models = list(self.state.registry)
+        ready = sum(m.ready for m in models)
+        parts = [f"{self.state.phase}: {ready}/{len(models)} model(s) ready"]
+        level = self.governing.level
+        if level is not None:
+            parts.append(f"governor={level}")
+        parts.append(f"{self.requests_per_second():.1f} req/s")
+        return "; ".join(parts)
+
+    def health(self, request_id: str | int | None) -> dict[str, Any]:
+        st = self.state
+        models = list(st.registry)
+        required = [m for m in models if m.cfg.required]
+        ok = st.ready and st.serving and all(m.ready for m in required)
+        return {
+            "v": 1, "id": request_id, "status": "OK" if ok else "UNAVAILABLE",
+            **({} if ok else {"error": f"daemon is {st.phase}; models: " + ", ".join(
+                f"{m.name}={m.state}" for m in models)}),
+            "state": st.phase,
+            "uptime_s": round(time.time() - st.started_at, 1),
+            "version": __version__,
+            "models": {m.name: m.state for m in models},
+            "governor": self.governing.summary(),
+        }
+
+    def status(self) -> dict[str, Any]:
+        st = self.state
+        cfg = st.config
+        return {
+            "version": __version__,
+            "state": st.phase,
+            "pid": os.getpid(),
+            "uptime_s": round(time.time() - st.started_at, 1),
+            "config": str(cfg.file),
+            "endpoints": st.endpoints,
+            "control": st.control_endpoint,
+            "metrics": (f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled
+                        else None),
+            "requests_per_second": round(self.requests_per_second(), 2),
+            "answered": st.answered,
+            "models": [{**m.describe(), "pin": self.governing.pin_of(m.name),
+                        **latency(st.metrics, m.name)} for m in st.registry],
+            "governor": self.governing.summary(),
+            "last_reload": st.last_reload,
+        }
+
+
+def latency(metrics: Metrics, model: str) -> dict[str, Any]:
+    """p50/p99 request latency from the histogram buckets (since start)."""
+    h = metrics.request_duration.labels(model)
+    buckets = [(float(b), c) for b, c in _bucket_counts(h)]
+    total = buckets[-1][1] if buckets else 0
+    if not total:
+        return {"p50_ms": None, "p99_ms": None, "served": 0}
+
+    def q(frac: float) -> float:
+        want = frac * total
+        prev_b, prev_c = 0.0, 0.0
+        for b, c in buckets:
+            if c >= want:
+                if b == float("inf"):
+                    return prev_b * 1000
+                span = c - prev_c
+                return (prev_b + (b - prev_b) * ((want - prev_c) / span if span else 1)) * 1000
+            prev_b, prev_c = b, c
+        return prev_b * 1000
+
+    return {"p50_ms": round(q(0.5), 3), "p99_ms": round(q(0.99), 3), "served": int(total)}
+
+
+def _bucket_counts(h: Any) -> list[tuple[str, float]]:
+    out = []
+    for metric in h.collect():
+        for s in metric.samples:
+            if s.name.endswith("_bucket"):
+                out.append((s.labels["le"], s.value))
+    return out

@@ -1,0 +1,150 @@
+"""Reload (SIGHUP, ``systemctl reload``, ``edged ctl reload``): plan, stage, switch.
+
+``plan_reload`` is pure: it compares two configs and says what changes and what a
+reload cannot apply (sockets and listeners are bound at start). ``Reloader`` applies a
+plan: new or changed models are loaded beside the old ones and switched in atomically;
+unchanged models keep serving untouched; anything invalid keeps the old config whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from edged.config import Config, ModelConfig, load_config
+from edged.errors import ConfigError
+from edged.model import Model
+from edged.server.endpoints import Endpoints, check_client_keys
+from edged.server.governing import Governing
+from edged.server.state import ServerState, swap_headroom_bytes
+
+log = logging.getLogger("edged.server")
+
+
+@dataclass(frozen=True)
+class ReloadPlan:
+    added: list[ModelConfig]
+    changed: list[ModelConfig]
+    removed: list[str]
+    #: config keys whose change needs a restart; a plan with any is refused whole
+    needs_restart: list[str]
+
+
+def plan_reload(old: Config, new: Config) -> ReloadPlan:
+    old_by = {m.name: m for m in old.models}
+    new_by = {m.name: m for m in new.models}
+    return ReloadPlan(
+        added=[m for n, m in new_by.items() if n not in old_by],
+        changed=[m for n, m in new_by.items() if n in old_by and old_by[n] != m],
+        removed=[n for n in old_by if n not in new_by],
+        needs_restart=needs_restart(old, new),
+    )
+
+
+def needs_restart(old: Config, new: Config) -> list[str]:
+    """Settings a reload cannot apply: what was bound or secured at start."""
+    a, b = old.server, new.server
+    keys = []
+    if a.endpoints != b.endpoints:
+        keys.append("server.endpoints")
+    if a.control != b.control:
+        keys.append("server.control")
+    if a.runtime_dir != b.runtime_dir:
+        keys.append("server.runtime_dir")
+    if a.insecure != b.insecure:
+        keys.append("server.insecure")
+    if (a.curve is None) != (b.curve is None) or (
+            a.curve is not None and b.curve is not None
+            and a.curve.server_secret_key != b.curve.server_secret_key):
+        keys.append("server.curve")
+    if a.limits.max_message_bytes != b.limits.max_message_bytes:
+        keys.append("server.limits.max_message_bytes")
+    if old.metrics != new.metrics:
+        keys.append("metrics.listen")
+    return keys
+
+
+class Reloader:
+    def __init__(self, state: ServerState, endpoints: Endpoints, governing: Governing) -> None:
+        self.state = state
+        self.endpoints = endpoints
+        self.governing = governing
+        self._lock = asyncio.Lock()
+
+    async def reload(self) -> dict[str, Any]:
+        """Re-read the config; keep serving on the old one if the new one is invalid."""
+        async with self._lock:
+            st = self.state
+            st.notifier.reloading()
+            t0 = time.perf_counter()
+            try:
+                new = await asyncio.to_thread(load_config, st.config.file)
+            except ConfigError as e:
+                return self._failed(e.problems)
+            if new.server.curve is not None:
+                try:
+                    # configure_curve() would log a malformed key and keep the OLD allow-list:
+                    # a revocation would silently not apply. Check first, reject the reload.
+                    await asyncio.to_thread(check_client_keys, new.server.curve.clients_dir)
+                except ValueError as e:
+                    return self._failed([str(e)])
+            # The flags given on the command line still win over the file.
+            new = new.with_overrides(**st.overrides)
+            plan = plan_reload(st.config, new)
+            if plan.needs_restart:
+                return self._failed([
+                    f"{', '.join(plan.needs_restart)} changed: sockets and listeners are bound "
+                    "at start, so this needs a restart (systemctl restart edged); nothing was "
+                    "changed"])
+            async with st.loading():
+                staged, errors = await self._stage(new, [*plan.added, *plan.changed])
+            if errors:
+                return self._failed(errors)
+            let_go = st.registry.replace(staged, plan.removed)  # atomic switch
+            st.config = new
+            self.endpoints.reload_client_keys(new.server)
+            self.governing.configure(new)
+            for m in let_go:
+                await m.drain(new.server.drain_timeout_s)
+                await m.close()
+            ms = (time.perf_counter() - t0) * 1000
+            st.metrics.reloads.labels("ok").inc()
+            st.last_reload = {"ok": True, "added": [m.name for m in plan.added],
+                              "changed": [m.name for m in plan.changed],
+                              "removed": plan.removed, "ms": round(ms, 1), "at": time.time()}
+            log.info("reload done added=%s changed=%s removed=%s reload_ms=%.0f",
+                     ",".join(st.last_reload["added"]) or "-",
+                     ",".join(st.last_reload["changed"]) or "-",
+                     ",".join(plan.removed) or "-", ms)
+            return st.last_reload
+
+    async def _stage(self, new: Config,
+                     models: list[ModelConfig]) -> tuple[dict[str, Model], list[str]]:
+        """Load new/changed models beside the running ones; all or nothing."""
+        st = self.state
+        staged: dict[str, Model] = {}
+        errors = []
+        for mc in models:
+            m = st.registry.create(mc, new.server.limits, swap_headroom_bytes(new))
+            try:
+                await m.load(self.governing.index_for(m))
+                staged[mc.name] = m
+            except Exception:
+                errors.append(f"{mc.name}: {m.error}")
+                await m.close()
+        if errors:
+            for m in staged.values():
+                await m.close()
+            staged = {}
+        return staged, errors
+
+    def _failed(self, problems: list[str]) -> dict[str, Any]:
+        st = self.state
+        st.metrics.reloads.labels("error").inc()
+        st.last_reload = {"ok": False, "error": problems, "at": time.time()}
+        log.error("reload rejected; still serving the previous config: %s", "; ".join(problems))
+        st.notifier.ready(f"reload FAILED (old config kept): {problems[0]}")
+        return st.last_reload
