@@ -46,15 +46,11 @@ recorded at the start and end.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import multiprocessing as mp
 import os
-import platform
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -66,6 +62,10 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from edged.harness import Daemon, machine_info  # noqa: E402
+
 MODELS = ROOT / "models" / "digits"
 LADDER = ("cnn-fp32", "cnn-int8", "small-fp32")
 THREADS = {"cnn-fp32": 2, "cnn-int8": 2, "small-fp32": 1}  # as in config.toml
@@ -179,57 +179,6 @@ def set_temp(root: Path, millic: int) -> float:
 
 
 # == daemon ================================================================================
-
-class Daemon:
-    def __init__(self, config: Path, workdir: Path) -> None:
-        self.runtime_dir = workdir / "run"
-        self.runtime_dir.mkdir(parents=True, exist_ok=True)
-        self.ipc = f"ipc://{self.runtime_dir}/edged.sock"
-        self.control = f"ipc://{self.runtime_dir}/control.sock"
-        self.log_path = workdir / "daemon.log"
-        env = dict(os.environ)
-        env.pop("NOTIFY_SOCKET", None)
-        env.pop("JOURNAL_STREAM", None)
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edged", "serve", "--config", str(config),
-             "--endpoint", self.ipc, "--control", self.control,
-             "--runtime-dir", str(self.runtime_dir), "--metrics", "off"],
-            stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        from edged.client import Client, ClientTimeout
-
-        end = time.monotonic() + timeout
-        with Client(self.ipc, timeout_s=1.0) as c:
-            while time.monotonic() < end:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.log()}")
-                with contextlib.suppress(ClientTimeout):
-                    if c.health().ok:
-                        return
-                time.sleep(0.1)
-        raise RuntimeError(f"daemon not ready after {timeout} s:\n{self.log()}")
-
-    def ctl(self, msg: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
-        from edged.cli import control_call
-
-        return control_call(self.control, msg, timeout)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return int(self.proc.returncode)
-
 
 # == clients ===============================================================================
 
@@ -680,16 +629,9 @@ def summarise(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    import onnxruntime
-
-    return (f"{cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}, Python "
-            f"{platform.python_version()}, onnxruntime {onnxruntime.__version__}")
+    m = machine_info(ROOT)
+    return (f"{m['cpu']}, {m['logical_cpus']} CPUs, Linux {m['kernel']}, Python "
+            f"{m['python']}, onnxruntime {m['onnxruntime']}")
 
 
 def load_avg() -> str:
@@ -733,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
                            "args": {k: (str(v) if isinstance(v, Path) else v)
                                     for k, v in vars(args).items()}}
     print(f"edged bench_governor: workdir {work}", file=sys.stderr)
-    d = Daemon(cfg, work)
+    d = Daemon(cfg, work, wait=False)
     mpc = mp.get_context("spawn")
     start, stop = mpc.Event(), mpc.Event()
     outs = [work / f"client{k}.npz" for k in range(args.clients)]

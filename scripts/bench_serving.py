@@ -44,11 +44,7 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
-import platform
-import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -63,6 +59,10 @@ import numpy as np
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from edged.harness import Daemon, machine_info, percentile_ms  # noqa: E402
+
 DEFAULT_MODEL = ROOT / ".cache" / "bench-models" / "mobilenetv2-fp32.onnx"
 DEFAULT_CONFIG = ROOT / "config.toml"
 
@@ -167,12 +167,6 @@ def raw_throughput(sess: Any, specs: Sequence[InputSpec], batch: int, seconds: f
 
 # == the daemon ============================================================================
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def bench_config(model: Path, settings: OrtSettings, max_batch: int, max_delay_ms: float,
                  governor: bool, auto_batch: bool = False) -> str:
     """A config serving ``model`` as model "bench" with one ORT variant."""
@@ -205,84 +199,6 @@ graph_optimization_level = "{settings.graph_optimization_level}"
 allow_spinning = {"true" if settings.allow_spinning else "false"}
 
 {gov}"""
-
-
-class Daemon:
-    """``edged serve`` in a subprocess on private endpoints; ready when health says OK."""
-
-    def __init__(self, config: Path, workdir: Path, metrics: bool = False) -> None:
-        self.workdir = workdir
-        self.runtime_dir = workdir / "run"
-        self.runtime_dir.mkdir(parents=True, exist_ok=True)
-        self.tcp = f"tcp://127.0.0.1:{free_port()}"
-        self.ipc = f"ipc://{self.runtime_dir}/edged.sock"
-        self.log_path = workdir / "daemon.log"
-        metrics_arg = f"127.0.0.1:{free_port()}" if metrics else "off"
-        args = [sys.executable, "-m", "edged", "serve", "--config", str(config),
-                "--endpoint", self.ipc, "--endpoint", self.tcp,
-                "--control", f"ipc://{self.runtime_dir}/control.sock",
-                "--runtime-dir", str(self.runtime_dir), "--metrics", metrics_arg]
-        env = dict(os.environ)
-        env.pop("NOTIFY_SOCKET", None)
-        env.pop("JOURNAL_STREAM", None)
-        self._log = self.log_path.open("wb")
-        self.t_popen = time.monotonic()
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=env, cwd=str(ROOT))
-        self.ready_s: float | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def startup_ms(self) -> float | None:
-        m = re.search(r"\bready\b.*startup_ms=(\d+(?:\.\d+)?)", self.log())
-        return float(m.group(1)) if m else None
-
-    def wait_ready(self, timeout: float = 120.0) -> float:
-        """Seconds from Popen to the first OK health reply (polled every ~5 ms)."""
-        import zmq
-
-        ctx = zmq.Context()
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RECONNECT_IVL, 5)  # the default 100 ms would blur start-up time
-        sock.connect(self.ipc)
-        end = self.t_popen + timeout
-        n = 0
-        try:
-            while time.monotonic() < end:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.log()}")
-                n += 1
-                sock.send(json.dumps({"v": 1, "op": "health", "id": n}).encode())
-                deadline = time.monotonic() + 0.25
-                while time.monotonic() < deadline:
-                    if not sock.poll(5):
-                        continue
-                    h = json.loads(sock.recv())
-                    if h.get("status") == "OK":
-                        self.ready_s = time.monotonic() - self.t_popen
-                        return self.ready_s
-                    break  # UNAVAILABLE while loading: ask again
-                time.sleep(0.005)
-        finally:
-            sock.close(0)
-            ctx.term()
-        raise RuntimeError(f"daemon not ready after {timeout} s:\n{self.log()}")
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 def infer_header(model: str, specs: Sequence[InputSpec], batch: int) -> tuple[bytes, bytes]:
@@ -545,9 +461,7 @@ def default_model_settings(config: Path) -> tuple[Path, OrtSettings, int]:
 
 # == statistics & output ===================================================================
 
-def pct(xs: Any, q: float) -> float:
-    a = np.asarray(xs, dtype=np.float64)
-    return float(np.percentile(a, q) * 1000.0) if a.size else float("nan")
+pct = percentile_ms
 
 
 def ratio(a: float, b: float) -> float:
@@ -556,32 +470,6 @@ def ratio(a: float, b: float) -> float:
 
 def verdict(ok: bool) -> str:
     return "yes" if ok else "**no**"
-
-
-def machine() -> dict[str, Any]:
-    import onnxruntime as ort
-    import zmq
-
-    model_name = platform.processor()
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                model_name = line.split(":", 1)[1].strip()
-    from edged import __version__ as edged_version
-
-    rev = ""
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, cwd=str(ROOT)).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "edged"],
-                               capture_output=True, text=True, cwd=str(ROOT)).stdout.strip()
-        if dirty:
-            rev += f" (+{len(dirty.splitlines())} uncommitted file(s) in edged/)"
-    return {"cpu": model_name, "logical_cpus": os.cpu_count(),
-            "physical_cores": psutil.cpu_count(logical=False), "kernel": platform.release(),
-            "python": platform.python_version(), "onnxruntime": ort.__version__,
-            "numpy": np.__version__, "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version(),
-            "edged": edged_version, "git": rev}
 
 
 def fmt(x: float | None, nd: int = 2) -> str:
@@ -701,7 +589,7 @@ def serving_phase(a: argparse.Namespace, settings: OrtSettings, wd: Path,
     cfg = wd / "bench.toml"
     cfg.write_text(bench_config(model, settings, a.daemon_max_batch or a.max_batch,
                                 a.max_delay_ms, a.governor, a.auto_batch))
-    d = Daemon(cfg, wd / "bench")
+    d = Daemon(cfg, wd / "bench", wait=False)
     try:
         ready_s = d.wait_ready()
         print(f"[daemon] ready in {ready_s * 1000:.0f} ms (bench model)", flush=True)
@@ -782,7 +670,7 @@ def footprint_phase(a: argparse.Namespace, wd: Path, result: dict[str, Any]) -> 
     for i in range(a.startups):
         if d is not None:
             d.stop()
-        d = Daemon(config, wd / f"default-{i}", metrics=True)
+        d = Daemon(config, wd / f"default-{i}", metrics=True, wait=False)
         ready.append(d.wait_ready())
         time.sleep(0.3)  # the log line is flushed right after READY
         startup.append(d.startup_ms() or float("nan"))
@@ -895,7 +783,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "quick": a.quick,
-        "machine": machine(), "loadavg_start": os.getloadavg()}
+        "machine": machine_info(ROOT), "loadavg_start": os.getloadavg()}
     if a.nice:
         try:
             os.setpriority(os.PRIO_PROCESS, 0, a.nice)  # inherited by daemons and clients

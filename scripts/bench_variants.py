@@ -51,9 +51,9 @@ def make_int8(fp32: Path, out: Path) -> Path:
 def build_tvm(fp32: Path, work: Path, arch: str, batch: int, trials: int,
               threads: int) -> dict[str, Path]:
     """Untuned (symbolic batch) and, with trials, tuned per-batch-size libraries."""
+    from edged.backends.sidecar import sha256_file, write_sidecar
     from edged.compile import tvm_build, tvm_tune
     from edged.compile.modelinfo import io_specs, tool_versions
-    from edged.backends.sidecar import sha256_file, write_sidecar
 
     choice = tvm_build.resolve_target("llvm", None, threads)
     ins, outs = io_specs(fp32)

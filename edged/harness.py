@@ -1,0 +1,177 @@
+"""One harness for tests, benchmarks and ``edged bench``: a daemon in a subprocess on
+private endpoints, free ports, percentiles and a description of the machine.
+
+Why in the package: the test suite, ``scripts/`` and ``edged bench`` all start daemons
+and report latencies; one copy means one definition of "ready" and of "p99".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def percentile_ms(seconds: Any, q: float) -> float:
+    """The q-th percentile of durations in seconds, in milliseconds (nan when empty)."""
+    a = np.asarray(seconds, dtype=np.float64)
+    return float(np.percentile(a, q) * 1000.0) if a.size else float("nan")
+
+
+def percentiles_ms(seconds: Any, qs: tuple[float, ...] = (50, 90, 99)) -> dict[str, float]:
+    return {f"p{q:g}_ms": percentile_ms(seconds, q) for q in qs}
+
+
+def machine_info(repo: Path = ROOT) -> dict[str, Any]:
+    """CPU, cores, kernel and the versions that decide the figures (for every report)."""
+    import onnxruntime as ort
+    import psutil
+    import zmq
+
+    from edged import __version__
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    rev = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, cwd=str(repo)).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "edged"],
+                               capture_output=True, text=True, cwd=str(repo)).stdout.strip()
+        if dirty:
+            rev += f" (+{len(dirty.splitlines())} uncommitted file(s) in edged/)"
+    return {"cpu": cpu, "logical_cpus": os.cpu_count(),
+            "physical_cores": psutil.cpu_count(logical=False), "kernel": platform.release(),
+            "python": platform.python_version(), "onnxruntime": ort.__version__,
+            "numpy": np.__version__, "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version(),
+            "edged": __version__, "git": rev,
+            "load_avg": [round(x, 2) for x in os.getloadavg()]}
+
+
+class Daemon:
+    """``edged serve`` as a subprocess on private endpoints; talked to only over sockets."""
+
+    def __init__(self, config: Path, workdir: Path, env: dict[str, str] | None = None,
+                 metrics: bool = False, wait: bool = True, cwd: Path = ROOT,
+                 args: tuple[str, ...] = ()) -> None:
+        self.workdir = self.tmp = workdir
+        self.runtime_dir = workdir / "run"
+        self.port = free_port()
+        self.tcp = f"tcp://127.0.0.1:{self.port}"
+        self.ipc = f"ipc://{self.runtime_dir}/edged.sock"
+        self.control = f"ipc://{self.runtime_dir}/control.sock"
+        self.metrics_port = free_port() if metrics else None
+        self.log_path = workdir / "daemon.log"
+        self.config = config
+        args = [sys.executable, "-m", "edged", "serve", "--config", str(config),
+                "--endpoint", self.ipc, "--endpoint", self.tcp,
+                "--runtime-dir", str(self.runtime_dir),
+                "--metrics", f"127.0.0.1:{self.metrics_port}" if metrics else "off", *args]
+        e = dict(os.environ)
+        e.pop("NOTIFY_SOCKET", None)
+        e.pop("JOURNAL_STREAM", None)
+        e.update(env or {})
+        self._log = self.log_path.open("wb")
+        self.t_popen = time.monotonic()
+        self.ready_s: float | None = None
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=e,
+                                     cwd=str(cwd))
+        if wait:
+            self.wait_ready()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, n: int = 30) -> str:
+        return "\n".join(self.log().splitlines()[-n:])
+
+    def startup_ms(self) -> float | None:
+        """The daemon's own start-up figure from its ``ready`` log line."""
+        m = re.search(r"\bready\b.*startup_ms=(\d+(?:\.\d+)?)", self.log())
+        return float(m.group(1)) if m else None
+
+    def wait_ready(self, timeout: float = 60.0, endpoint: str | None = None) -> float:
+        """Poll ``health`` every ~5 ms until OK; seconds from Popen to ready.
+
+        On tcp unless told (a CURVE daemon needs ipc)."""
+        import zmq
+
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RECONNECT_IVL, 5)  # the default 100 ms would blur start-up time
+        sock.connect(endpoint or self.tcp)
+        end = time.monotonic() + timeout
+        n = 0
+        try:
+            while time.monotonic() < end:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.log()}")
+                n += 1
+                with contextlib.suppress(zmq.Again):
+                    sock.send(json.dumps({"v": 1, "op": "health", "id": n}).encode(),
+                              zmq.NOBLOCK)
+                deadline = time.monotonic() + 0.25
+                while time.monotonic() < deadline:
+                    if not sock.poll(5):
+                        continue
+                    if json.loads(sock.recv()).get("status") == "OK":
+                        self.ready_s = time.monotonic() - self.t_popen
+                        return self.ready_s
+                    break  # UNAVAILABLE while loading: ask again
+                time.sleep(0.005)
+        finally:
+            sock.close(0)
+            ctx.term()
+        raise RuntimeError(f"daemon not ready after {timeout} s:\n{self.log()}")
+
+    def client(self, endpoint: str | None = None, timeout_s: float = 10.0) -> Any:
+        from edged.client import Client
+
+        return Client(endpoint or self.tcp, timeout_s=timeout_s)
+
+    def ctl(self, msg: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
+        from edged.cli import control_call
+
+        return control_call(self.control, msg, timeout)
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return int(self.proc.returncode)
