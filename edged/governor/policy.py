@@ -240,7 +240,9 @@ class Governor:
             }
 
     def close(self) -> None:
+        """Release sensor handles (NVML); the daemon calls this on reload and at stop."""
         self.sensors.close()
+        log.info("governor closed: sensors released")
 
     # -- internals --------------------------------------------------------------------------
     def _counts_zone(self, name: str) -> bool:
