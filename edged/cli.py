@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
         csub.add_parser(a).add_argument("model")
     lv = csub.add_parser("level", help="pin a governor level, or 'auto'")
     lv.add_argument("level")
-    sw = csub.add_parser("swap", help="switch a model to a variant by hand")
+    sw = csub.add_parser("swap", help="pin a model to a variant by hand ('auto' releases); "
+                                      "a governor level needing a lighter one still wins")
     sw.add_argument("model")
     sw.add_argument("variant")
 
@@ -84,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     kg.add_argument("name")
     kg.add_argument("--dir", default=".", help="output directory")
 
+    from edged.bench import add_parser as add_bench
+
+    add_bench(sub)
     try:
         from edged.compile.cli import add_parser as add_compile
     except ImportError:  # pragma: no cover - compile extras missing
@@ -317,6 +321,9 @@ def format_status(r: dict[str, Any]) -> str:
             lines.append(f"  error: {m['error']}")
         ladder = " > ".join(f"[{v}]" if v == m["active_variant"] else v for v in m["variants"])
         lines.append(f"  ladder: {ladder}")
+        if m.get("pin"):
+            lines.append(f"  pinned: {m['pin']['variant']} by {m['pin']['by']} "
+                         "(edged ctl swap MODEL auto releases it)")
     g = r.get("governor")
     lines.append("")
     if not g:
@@ -387,5 +394,5 @@ def cmd_compile(args: argparse.Namespace) -> int:
 _COMMANDS = {
     "serve": cmd_serve, "check": cmd_check, "infer": cmd_infer, "models": cmd_simple,
     "health": cmd_simple, "status": cmd_status, "ctl": cmd_ctl, "keys": cmd_keys,
-    "compile": cmd_compile,
+    "compile": cmd_compile, "bench": lambda a: a.func(a),
 }

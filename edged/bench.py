@@ -1,0 +1,239 @@
+"""``edged bench``: drive a running daemon and, with ``--raw``, compare it with the same
+model run in process by ONNX Runtime (default session options, as a user would).
+
+Why in the package: an operator measures *their* device with *their* model without
+the repository's scripts; the figures are the ones the docs report (throughput, p50,
+p90, p99 and daemon/raw ratios), computed by the harness the tests use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edged.harness import machine_info, percentiles_ms
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "bench", help="load a running daemon and report throughput and latency",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--endpoint", default="tcp://127.0.0.1:5555")
+    p.add_argument("--model", required=True)
+    p.add_argument("--clients", type=int, default=1, help="client processes (default 1)")
+    p.add_argument("--in-flight", type=int, default=1,
+                   help="requests each client keeps in flight (default 1)")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds per round")
+    p.add_argument("--input", choices=("random", "image", "npy"), default="random")
+    p.add_argument("--file", type=Path, help="the image (.jpg/.png) or .npy for --input")
+    p.add_argument("--raw", type=Path, metavar="MODEL_FILE",
+                   help="also run this ONNX file in process and print daemon/raw ratios")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="interleaved daemon/raw rounds; ratios are the median (default 1)")
+    p.add_argument("--json", type=Path, help="write the full result here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from edged.client import Client
+
+    if args.input != "random" and args.file is None:
+        print(f"edged bench: --input {args.input} needs --file", file=sys.stderr)
+        return 2
+    with Client(args.endpoint, timeout_s=10.0) as c:
+        r = c.models()
+    models = {m["name"]: m for m in r.header.get("models", [])}
+    if args.model not in models:
+        print(f"edged bench: {args.endpoint} does not serve {args.model!r} "
+              f"(it serves {', '.join(models) or 'nothing'})", file=sys.stderr)
+        return 2
+    header, frames = request(models[args.model], args)
+    result: dict[str, Any] = {"machine": machine_info(), "args": _jsonable(vars(args)),
+                              "rounds": []}
+    for k in range(args.rounds):
+        rnd: dict[str, Any] = {"daemon": drive(args, header, frames, f"round {k + 1}")}
+        if args.raw is not None:
+            rnd["raw"] = raw_ort(args.raw, args.duration, frames, header)
+        result["rounds"].append(rnd)
+        show(rnd)
+    if args.raw is not None:
+        result["ratios"] = ratios(result["rounds"])
+        print("median over rounds: " + ", ".join(f"{k} {v:.2f}" for k, v in
+                                                 result["ratios"].items()))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def request(model: dict[str, Any], args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
+    """One request's header and frames, built once and sent many times."""
+    from edged.client import build_infer
+
+    if args.input == "image":
+        return build_infer(args.model, args.file)
+    if args.input == "npy":
+        return build_infer(args.model, np.load(args.file, allow_pickle=False))
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for s in model["inputs"]:
+        shape = [1 if i == 0 or d == -1 else d for i, d in enumerate(s["shape"])]
+        a = rng.random(shape)
+        feeds[s["name"]] = (a * 255).astype(s["dtype"]) if s["dtype"] == "uint8" \
+            else a.astype(s["dtype"])
+    return build_infer(args.model, feeds)
+
+
+def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
+          label: str) -> dict[str, Any]:
+    """N client processes, K in flight each, for ``duration``; progress once a second."""
+    ctx = mp.get_context("spawn")
+    done = ctx.Value("l", 0)
+    out = ctx.Queue()
+    blobs = [bytes(f) for f in frames]
+    procs = [ctx.Process(target=_client, args=(args.endpoint, header, blobs, args.in_flight,
+                                               args.duration, done, out))
+             for _ in range(args.clients)]
+    for p in procs:
+        p.start()
+    t0 = time.monotonic()
+    while any(p.is_alive() for p in procs) and out.qsize() < len(procs):
+        time.sleep(1.0)
+        el = time.monotonic() - t0
+        print(f"\r{label}: {el:4.0f}/{args.duration:.0f} s  {done.value} replies  "
+              f"{done.value / max(el, 1e-9):.0f}/s", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    parts = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(10)
+    lat = np.concatenate([np.asarray(p["latencies"]) for p in parts]) if parts else np.zeros(0)
+    statuses: dict[str, int] = {}
+    for p in parts:
+        for k, v in p["statuses"].items():
+            statuses[k] = statuses.get(k, 0) + v
+    elapsed = max(p["elapsed"] for p in parts)
+    ok = statuses.get("OK", 0)
+    return {"clients": args.clients, "in_flight": args.in_flight, "replies": int(lat.size),
+            "ok": ok, "statuses": statuses, "throughput": ok / elapsed if elapsed else 0.0,
+            **percentiles_ms(lat)}
+
+
+def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_flight: int,
+            duration: float, done: Any, out: Any) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    sent: dict[int, float] = {}
+    lat: list[float] = []
+    statuses: dict[str, int] = {}
+    n = 0
+    t0 = time.monotonic()
+    end = t0 + duration
+
+    def send() -> None:
+        nonlocal n
+        n += 1
+        h = json.dumps({"v": 1, **header, "id": n}).encode()
+        sent[n] = time.perf_counter()
+        s.send_multipart([h, *frames], copy=False)
+
+    for _ in range(in_flight):
+        send()
+    while sent:
+        if not s.poll(10_000):
+            break
+        reply = s.recv_multipart()
+        now = time.perf_counter()
+        h = json.loads(reply[0])
+        start = sent.pop(h.get("id"), None)
+        if start is not None:
+            lat.append(now - start)
+        statuses[h.get("status", "?")] = statuses.get(h.get("status", "?"), 0) + 1
+        with done.get_lock():
+            done.value += 1
+        if time.monotonic() < end:
+            send()
+    out.put({"latencies": lat, "statuses": statuses, "elapsed": time.monotonic() - t0})
+    s.close(0)
+    ctx.term()
+
+
+def raw_ort(model: Path, duration: float, frames: list[Any],
+            header: dict[str, Any]) -> dict[str, Any]:
+    """The same model in process, ORT default session options: batch-1 latency and
+    throughput at the best batch of 1/2/4/8 (what calling ORT yourself gives)."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    specs = sess.get_inputs()
+    rng = np.random.default_rng(0)
+    type_map = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8,
+                "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+
+    def feeds(b: int) -> dict[str, np.ndarray]:
+        f = {}
+        for s in specs:
+            shape = [b if i == 0 else (d if isinstance(d, int) else 1)
+                     for i, d in enumerate(s.shape)]
+            f[s.name] = (rng.random(shape) * (255 if s.type == "tensor(uint8)" else 1)).astype(
+                type_map.get(s.type, np.float32))
+        return f
+
+    one = feeds(1)
+    lat: list[float] = []
+    end = time.monotonic() + duration / 2
+    sess.run(None, one)
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        sess.run(None, one)
+        lat.append(time.perf_counter() - t)
+    best = 0.0
+    per = duration / 2 / 4
+    for b in (1, 2, 4, 8):
+        try:
+            f = feeds(b)
+            sess.run(None, f)
+        except Exception:  # a fixed-batch model: only its own size runs
+            continue
+        n, t0 = 0, time.monotonic()
+        while time.monotonic() - t0 < per:
+            sess.run(None, f)
+            n += b
+        best = max(best, n / (time.monotonic() - t0))
+    return {"batch1": percentiles_ms(lat), "best_throughput": best}
+
+
+def ratios(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    lat = [r["daemon"]["p50_ms"] / r["raw"]["batch1"]["p50_ms"] for r in rounds]
+    thr = [r["daemon"]["throughput"] / r["raw"]["best_throughput"] for r in rounds
+           if r["raw"]["best_throughput"]]
+    out = {"p50 daemon/raw": statistics.median(lat)}
+    if thr:
+        out["throughput daemon/raw-best"] = statistics.median(thr)
+    return out
+
+
+def show(rnd: dict[str, Any]) -> None:
+    d = rnd["daemon"]
+    print(f"daemon: {d['throughput']:.1f} req/s  p50 {d['p50_ms']:.2f} ms  p90 "
+          f"{d['p90_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms  ({d['clients']} client(s) x "
+          f"{d['in_flight']} in flight; statuses {d['statuses']})")
+    if "raw" in rnd:
+        r = rnd["raw"]
+        print(f"raw ORT: batch-1 p50 {r['batch1']['p50_ms']:.2f} ms  best "
+              f"{r['best_throughput']:.1f}/s")
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in d.items() if k != "func"}
