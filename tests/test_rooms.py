@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import MODELS, Daemon, digits_config
+from test_governor_daemon import LEVELS
 
 from edged.backends import backend_module
 from edged.backends.base import run_batch
@@ -149,20 +150,6 @@ path = "unused"
 
 # -- the daemon: operator pins and the governor's lifetime --------------------------------
 
-LEVELS = """
-[[governor.levels]]
-name = "warm"
-enter_c = 70.0
-exit_c = 65.0
-ladder_steps = 1
-[[governor.levels]]
-name = "hot"
-enter_c = 80.0
-exit_c = 75.0
-ladder_steps = 2
-"""
-
-
 def governed(tmp: Path, levels: str = "") -> Path:
     """The digits model with the governor on and no sensors at all (as on this machine)."""
     root = tmp / "empty-sysfs"
@@ -178,7 +165,7 @@ interval_s = 0.2
 
 def variant_of(d: Daemon) -> str:
     with d.client() as c:
-        r = c.infer("digits", SAMPLE)
+        r = c.infer("digits", SAMPLE, priority=0)  # the hot level sheds priority > 0
         assert r.ok, r.header
         return str(r.header["variant"])
 
