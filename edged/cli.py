@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_compile(sub)
+    from edged.governor.replay import add_parser as add_governor
+
+    add_governor(sub)
     return ap
 
 
@@ -378,6 +381,12 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_governor(args: argparse.Namespace) -> int:
+    from edged.governor.replay import run
+
+    return run(args)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from edged.compile.cli import run
 
@@ -387,5 +396,5 @@ def cmd_compile(args: argparse.Namespace) -> int:
 _COMMANDS = {
     "serve": cmd_serve, "check": cmd_check, "infer": cmd_infer, "models": cmd_simple,
     "health": cmd_simple, "status": cmd_status, "ctl": cmd_ctl, "keys": cmd_keys,
-    "compile": cmd_compile,
+    "compile": cmd_compile, "governor": cmd_governor,
 }

@@ -18,11 +18,11 @@ FORECAST_MODELS = ("linear", "first_order")
 FIRST_ORDER_WINDOW_S = 60.0
 #: consecutive samples a forecast must persist before it escalates, per model.
 DEFAULT_FORECAST_PERSIST = {"linear": 1, "first_order": 5}
-#: swap_min_interval_s = "auto" is this many dwell_s (60 s at the default 5 s dwell):
+#: swap_min_interval_s = "auto" is this many dwell_s (50 s at the default 5 s dwell):
 #: a flap near a threshold lasts at least a dwell (to relax) plus the time to re-heat,
-#: so a dozen dwells covers it and a heat-up/cool-down cycle costs at most one swap down
+#: so ten dwells cover it and a heat-up/cool-down cycle costs at most one swap down
 #: and one up per level (docs/governor.md "Swap budget").
-SWAP_INTERVAL_DWELLS = 12.0
+SWAP_INTERVAL_DWELLS = 10.0
 
 #: Without a passive trip point the auto levels assume this trip: the Raspberry Pi's
 #: hard limit, which gives the documented 70 °C / 80 °C fallback thresholds.

@@ -20,7 +20,11 @@ class _Entry:
 
 
 class SwapBudget:
-    """``allow(key, want, now, force)`` → (step to apply, seconds until a change is allowed)."""
+    """``allow(key, want, now, force)`` → (step to apply, seconds until a change is allowed).
+
+    Going lighter jumps straight to the wanted step; going back to heavier variants moves
+    one rung per allowed change, so a hold never turns into a multi-rung jump upwards.
+    """
 
     def __init__(self, min_interval_s: float) -> None:
         self.min_interval_s = min_interval_s
@@ -29,6 +33,8 @@ class SwapBudget:
 
     def allow(self, key: str, want: int, now: float, *, force: bool) -> tuple[int, float]:
         e = self._entries.setdefault(key, _Entry(0, None))
+        if want < e.step:
+            want = e.step - 1  # back up towards heavier one rung at a time, as levels relax
         if want == e.step:
             return e.step, 0.0
         waited = float("inf") if e.since is None else now - e.since
