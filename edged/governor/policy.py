@@ -186,6 +186,7 @@ class Governor:
         self._thermal = ThermalModel()
         self._book = LoadBook()
         self._ladder_len: dict[str, int] = {}
+        self._rungs: dict[str, int] = {}  # last predicted rung per model
         top_enters = [lv.enter_c for lv in self.levels[1:] if lv.enter_c is not None]
         self._hard_c: float | None = max(top_enters) if top_enters else None
 
@@ -551,22 +552,31 @@ class Governor:
         self, want: int, inputs: _Inputs, now: float | None, prediction: dict[str, Any] | None
     ) -> tuple[int, float | None, dict[str, int] | None, int]:
         """Apply the predicted choice and the swap budget: (steps, hold s, per model, wanted)."""
-        models = (prediction or {}).get("models", {}) if self.cfg.predict else {}
-        wanted = max([want, *(m["rung"] for m in models.values())])
         if now is None:
-            return want, None, None, wanted
+            return want, None, None, want
         force = (
             self._pinned is not None
             or inputs.stale_hot is not None
             or (self._hard_c is not None and inputs.temp is not None
                 and inputs.temp >= self._hard_c)
         )
-        per_model = {
-            name: self._swaps.allow(name, max(want, m["rung"]), now, force=force)[0]
-            for name, m in models.items()
-        }
-        steps, left = self._swaps.allow("*", wanted, now, force=force)
-        return steps, (left if left > 0 else None), (per_model or None), wanted
+        if not (self.cfg.predict and self._book.active):
+            steps, left = self._swaps.allow("*", want, now, force=force)
+            return steps, (left if left > 0 else None), None, want
+        # Predicted choice: each reporting model keeps its last predicted rung while the
+        # model is (re)learning, and is budgeted on its own; the global step is their max.
+        predicted = (prediction or {}).get("models", {})
+        per_model: dict[str, int] = {}
+        lefts: list[float] = []
+        for name in sorted(self._book.active):
+            if name in predicted:
+                self._rungs[name] = predicted[name]["rung"]
+            wanted = max(want, self._rungs.get(name, 0))
+            per_model[name], left = self._swaps.allow(name, wanted, now, force=force)
+            lefts.append(left)
+        wanted = max(want, *self._rungs.values()) if self._rungs else want
+        hold = max(lefts) if lefts and max(lefts) > 0 else None
+        return max(per_model.values()), hold, per_model, wanted
 
     def _decision(
         self,

@@ -146,20 +146,26 @@ def _ewma(old: float | None, new: float) -> float:
     return new if old is None else old + EWMA * (new - old)
 
 
+#: going back to a heavier rung needs its equilibrium this far below the limit, so a
+#: prediction hovering at the limit does not swap back and forth.
+MARGIN_C = 2.0
+
+
 def choose_rung(
-    predictions: list[float | None], active: int, limit_c: float
+    predictions: list[float | None], active: int, limit_c: float, margin_c: float = MARGIN_C
 ) -> int:
     """Heaviest rung (index 0 = heaviest) whose predicted equilibrium is below ``limit_c``.
 
-    A rung never seen running (None) is only chosen when it is lighter than the active
-    one and every heavier rung is predicted too hot: exploring downwards is safe,
-    upwards is not. When every known rung is too hot, the lightest is chosen.
+    A rung heavier than the active one must be predicted ``margin_c`` below the limit
+    (hysteresis). A rung never seen running (None) is only chosen when it is lighter than
+    the active one and every heavier rung is predicted too hot: exploring downwards is
+    safe, upwards is not. When every known rung is too hot, the lightest is chosen.
     """
     for i, eq in enumerate(predictions):
         if eq is None:
             if i > active:
                 return i
             continue
-        if eq < limit_c:
+        if eq < limit_c - (margin_c if i < active else 0.0):
             return i
     return len(predictions) - 1
