@@ -52,27 +52,29 @@ class Fit:
 
 
 def fit_first_order(ts: np.ndarray, temps: np.ndarray, horizon_s: float, span_s: float) -> Fit:
-    """Best ``T_eq + c·exp(-(t - t_now)/τ)`` over the τ grid (scaled by ``span_s``)."""
-    x = ts - ts[-1]  # ≤ 0; the newest sample is at 0
-    best: tuple[float, float, float, float] | None = None  # (sse, tau, T_eq, c)
-    for k in TAU_GRID:
-        tau = k * span_s
-        e = np.exp(-x / tau)
-        a = np.column_stack([np.ones_like(x), e])
-        coef, *_ = np.linalg.lstsq(a, temps, rcond=None)
-        sse = float(np.sum((a @ coef - temps) ** 2))
-        if best is None or sse < best[0] - 1e-9:
-            best = (sse, tau, float(coef[0]), float(coef[1]))
-    assert best is not None
-    _, tau, t_eq, c = best
-    now = t_eq + c
-    at_top = tau >= TAU_GRID[-1] * span_s * 0.999
+    """Best ``T_eq + c·exp(-(t - t_now)/τ)`` over the τ grid (scaled by ``span_s``).
+
+    For a fixed τ the model is a straight line in ``e = exp(-(t - t_now)/τ)``, so every
+    grid point is a closed-form simple regression; all of them are computed at once.
+    """
+    taus = np.asarray(TAU_GRID) * span_s
+    e = np.exp(-(ts - ts[-1])[:, None] / taus[None, :])  # n × K, 1 at the newest sample
+    de = e - e.mean(axis=0)
+    dt = temps - temps.mean()
+    sxx = np.einsum("ij,ij->j", de, de)
+    sxy = de.T @ dt
+    c = np.divide(sxy, sxx, out=np.zeros_like(sxy), where=sxx > 1e-12)
+    sse = float(dt @ dt) - c * sxy
+    k = int(np.argmin(sse + 1e-9 * np.arange(len(taus))))  # ties: the shortest τ
+    tau, ck = float(taus[k]), float(c[k])
+    t_eq = float(temps.mean() - ck * e[:, k].mean())
+    at_top = k == len(taus) - 1
     return Fit(
-        temperature_c=now,
+        temperature_c=t_eq + ck,
         equilibrium_c=None if at_top else t_eq,
         tau_s=tau,
-        slope_c_per_s=-c / tau,
-        forecast_c=t_eq + c * float(np.exp(-horizon_s / tau)),
+        slope_c_per_s=-ck / tau,
+        forecast_c=t_eq + ck * float(np.exp(-horizon_s / tau)),
     )
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 LAG_S = 10.0
+REFIT_S = 10.0  # refit at most this often: the response changes over minutes
 HISTORY_S = 1800.0
 MIN_SAMPLES = 30
 MIN_POWER_SPREAD = 0.15  # relative: (p90 − p10) / p90
@@ -51,21 +52,24 @@ class ThermalModel:
         self._samples: deque[tuple[float, float, float]] = deque()
         self.units = "W"
         self._params: ThermalParams | None = None
-        self._dirty = False
+        self._fitted_at: float | None = None
 
     def add(self, t: float, temp: float, power: float, units: str) -> None:
         if units != self.units:
             self._samples.clear()
             self.units = units
+            self._fitted_at = None
         self._samples.append((t, temp, power))
         while self._samples and self._samples[0][0] < t - HISTORY_S:
             self._samples.popleft()
-        self._dirty = True
 
     def params(self) -> ThermalParams | None:
-        if self._dirty:
+        if not self._samples:
+            return None
+        now = self._samples[-1][0]
+        if self._fitted_at is None or now - self._fitted_at >= REFIT_S or now < self._fitted_at:
             self._params = self._fit()
-            self._dirty = False
+            self._fitted_at = now
         return self._params
 
     def _fit(self) -> ThermalParams | None:
