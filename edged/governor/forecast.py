@@ -25,6 +25,7 @@ import numpy as np
 
 #: τ grid, as multiples of the fit window: from short (a fast heat sink) to "a line".
 TAU_GRID = tuple(float(x) for x in np.geomspace(0.1, 40.0, 32))
+EQUILIBRIUM_MAX_WINDOWS = 5.0
 STEP_C = 3.0
 STEP_S = 3.0
 POWER_STEP = 0.25
@@ -36,7 +37,7 @@ class Fit:
     """The fitted curve at the newest sample."""
 
     temperature_c: float  # the fitted value now (smooths quantisation)
-    equilibrium_c: float | None  # None when τ is at the grid's top: the data is a line
+    equilibrium_c: float | None  # None when τ is many windows long: the data is ~a line
     tau_s: float
     slope_c_per_s: float  # d/dt of the fit now
     forecast_c: float  # the fit ``horizon_s`` ahead
@@ -68,7 +69,8 @@ def fit_first_order(ts: np.ndarray, temps: np.ndarray, horizon_s: float, span_s:
     k = int(np.argmin(sse + 1e-9 * np.arange(len(taus))))  # ties: the shortest τ
     tau, ck = float(taus[k]), float(c[k])
     t_eq = float(temps.mean() - ck * e[:, k].mean())
-    at_top = k == len(taus) - 1
+    # Beyond a few windows the equilibrium is an extrapolation, not an estimate.
+    at_top = tau > EQUILIBRIUM_MAX_WINDOWS * span_s
     return Fit(
         temperature_c=t_eq + ck,
         equilibrium_c=None if at_top else t_eq,
