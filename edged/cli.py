@@ -363,6 +363,12 @@ def _format_governor(g: dict[str, Any]) -> list[str]:
     stale = rd.get("stale") or []
     if stale:
         out.append("  stale        " + ", ".join(sorted(stale)))
+    pred = g.get("prediction") or {}
+    if pred:
+        out.append(f"  prediction   settles at {pred['equilibrium_c']} °C "
+                   f"(limit {pred['limit_c']} °C; τ {pred['tau_s']} s)" + "".join(
+                       f"; {m}: rung {v['rung']} of {v['equilibria_c']}"
+                       for m, v in pred.get("models", {}).items()))
     levels = g.get("seconds_per_level") or {}
     if levels:
         out.append("  time/level   " + ", ".join(f"{k} {v:.0f} s" for k, v in levels.items()))

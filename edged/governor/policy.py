@@ -282,6 +282,10 @@ class Governor:
                 "headroom": d.headroom,
                 "temperature_c": d.temperature_c,
                 "power_w": d.power_w,
+                "forecast": d.forecast,
+                "prediction": d.prediction,
+                "swap_budget": {"ladder_wanted": d.ladder_wanted, "hold_s": d.swap_hold_s,
+                                "min_interval_s": self.cfg.swap_min_interval_s},
                 "actions": {
                     "ladder_steps": d.ladder_steps,
                     "max_batch_size": d.max_batch_size,

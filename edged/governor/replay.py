@@ -225,7 +225,8 @@ def plot(trace: Trace, result: dict[str, Any], out: Path) -> None:
     for lv in result["levels"]:
         if "enter_c" in lv:
             ax.axhline(lv["enter_c"], color="#555", lw=0.7, ls=":")
-            ax.text(t[0], lv["enter_c"], f" enter {lv['name']}", fontsize=7, va="bottom")
+            ax.text(t[-1], lv["enter_c"], f"enter {lv['name']} ", fontsize=7, va="bottom",
+                    ha="right")
     if trace.throttled is not None:
         marks = [x for x, m in zip(t, trace.throttled, strict=True) if m]
         ax.plot(marks, [ax.get_ylim()[1]] * len(marks), "|", color="k", ms=8,
