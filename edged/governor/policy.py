@@ -17,6 +17,13 @@ Rules (docs/governor.md explains them for operators):
   most severe level: we are blind, so be safe), ``hold`` (use its last good value) or
   ``ignore``.
 * ``pin(name)`` overrides everything until ``pin(None)``.
+* The forecast (``forecast.py`` for ``first_order``) adds at most one level above what
+  the measured temperature asks for, never the top one, and only after it persisted
+  ``forecast_persist`` samples; relaxing needs the measurement and the forecast below
+  ``exit_c``.
+* The ladder step in the Decision moves only when the swap budget allows
+  (``swap_budget.py``); with ``predict`` the step per model is the heavier of the
+  level's and the predicted choice (``thermal_model.py``, fed by ``observe_load``).
 
 ``step`` is pure policy (no I/O) with time injected, so tests drive it with ramps.
 """
