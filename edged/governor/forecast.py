@@ -30,6 +30,7 @@ STEP_C = 3.0
 STEP_S = 3.0
 POWER_STEP = 0.25
 MIN_POWER_STEP_W = 0.5
+POWER_AVG_S = 5.0  # power is compared as 5 s means: inference power is bursty
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class FirstOrderForecast:
         self.horizon_s = horizon_s
         self.settle_s = settle_s
         self._points: deque[tuple[float, float]] = deque()
-        self._last_power: float | None = None
+        self._power: deque[tuple[float, float]] = deque()
         self._ignore_before = float("-inf")
         self.last_step_at: float | None = None
 
@@ -99,7 +100,6 @@ class FirstOrderForecast:
         if self._is_step(t, temp, power):
             self.last_step_at = t
             self._ignore_before = t + self.settle_s
-        self._last_power = power if power is not None else self._last_power
         pts = [p for p in self._points if p[0] >= self._ignore_before and p[0] >= t - self.window_s]
         if len(pts) < 4 or pts[-1][0] - pts[0][0] < self.window_s / 2:
             return None
@@ -110,7 +110,17 @@ class FirstOrderForecast:
         recent = [v for s, v in self._points if s >= t - STEP_S]
         if recent and temp - min(recent) >= STEP_C:
             return True
-        last = self._last_power
-        if power is None or last is None:
+        if power is None:
             return False
-        return abs(power - last) >= max(MIN_POWER_STEP_W, POWER_STEP * max(last, 1e-9))
+        self._power.append((t, power))
+        while self._power[0][0] < t - 2 * POWER_AVG_S:
+            self._power.popleft()
+        new = [p for s, p in self._power if s > t - POWER_AVG_S]
+        old = [p for s, p in self._power if s <= t - POWER_AVG_S]
+        if not new or not old or self._power[0][0] > t - 2 * POWER_AVG_S + 1.5:
+            return False  # not two full windows yet
+        before, after = sum(old) / len(old), sum(new) / len(new)
+        if abs(after - before) >= max(MIN_POWER_STEP_W, POWER_STEP * before):
+            self._power.clear()
+            return True
+        return False
