@@ -182,3 +182,17 @@ def test_simulated_prediction_stays_below_the_threshold_where_the_plain_policy_o
     assert runs["predicted"]["peak_c"] < 70.0
     assert runs["predicted"]["swaps"] <= 3
     assert runs["heaviest"]["throttled_s"] > 0 and runs["predicted"]["throttled_s"] == 0
+
+
+def test_bursty_power_does_not_hide_the_forecast() -> None:
+    from edged.governor.forecast import FirstOrderForecast
+
+    fc = FirstOrderForecast(window_s=60.0, horizon_s=30.0, settle_s=10.0)
+    fits = []
+    for t in range(300):  # batches make VDD_IN swing 5 ↔ 13 W every second
+        temp = round(80.0 - 30.0 * math.exp(-t / 150.0))
+        fits.append(fc.update(float(t), float(temp), 5.0 if t % 2 else 13.0))
+    assert fc.last_step_at is None
+    assert sum(f is not None for f in fits[100:]) == 200
+    step = [fc.update(300.0 + t, 70.0, 20.0) for t in range(8)]  # a real step: 9 → 20 W
+    assert fc.last_step_at is not None and step[-1] is None
