@@ -3,7 +3,7 @@
 Why: operators tune thresholds, forecast and swap budget on recordings instead of
 cooking a device. ``Governor.step(readings, now)`` is pure with an injected clock, so
 feeding it the trace's own clock makes a replay deterministic: the same trace and
-config give the same decisions, on any machine, in milliseconds.
+config give the same decisions, on any machine, in seconds.
 
 Printed: each decision that changes the level or the ladder step (time, level, ladder,
 reason) and a summary (level changes, ladder changes, time per level, first escalation,
@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import tempfile
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,15 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         cfg = load(args.config, None)
+    except tomllib.TOMLDecodeError as e:
+        print(f"edged governor replay: {args.config}: {e}", file=sys.stderr)
+        return 2
+    except (ConfigError, OSError) as e:
+        print(f"edged governor replay: {e}", file=sys.stderr)
+        return 2
+    try:
         trace = load_trace(args.trace, args.interval)
-    except (ConfigError, TraceError, OSError) as e:
+    except TraceError as e:
         print(f"edged governor replay: {e}", file=sys.stderr)
         return 2
     if cfg.levels is None and args.trip is not None:
