@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_compile(sub)
+    from edged.governor.replay import add_parser as add_governor
+
+    add_governor(sub)
     return ap
 
 
@@ -367,6 +370,12 @@ def _format_governor(g: dict[str, Any]) -> list[str]:
     stale = rd.get("stale") or []
     if stale:
         out.append("  stale        " + ", ".join(sorted(stale)))
+    pred = g.get("prediction") or {}
+    if pred:
+        out.append(f"  prediction   settles at {pred['equilibrium_c']} °C "
+                   f"(limit {pred['limit_c']} °C; τ {pred['tau_s']} s)" + "".join(
+                       f"; {m}: rung {v['rung']} of {v['equilibria_c']}"
+                       for m, v in pred.get("models", {}).items()))
     levels = g.get("seconds_per_level") or {}
     if levels:
         out.append("  time/level   " + ", ".join(f"{k} {v:.0f} s" for k, v in levels.items()))
@@ -385,6 +394,12 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_governor(args: argparse.Namespace) -> int:
+    from edged.governor.replay import run
+
+    return run(args)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from edged.compile.cli import run
 
@@ -394,5 +409,5 @@ def cmd_compile(args: argparse.Namespace) -> int:
 _COMMANDS = {
     "serve": cmd_serve, "check": cmd_check, "infer": cmd_infer, "models": cmd_simple,
     "health": cmd_simple, "status": cmd_status, "ctl": cmd_ctl, "keys": cmd_keys,
-    "compile": cmd_compile, "bench": lambda a: a.func(a),
+    "compile": cmd_compile, "bench": lambda a: a.func(a), "governor": cmd_governor,
 }

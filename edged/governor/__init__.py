@@ -2,7 +2,9 @@
 
 The daemon drives it: ``sample()`` in a worker thread every ``interval_s``, ``step()``
 on the result, and applies the returned :class:`Decision` (variant ladder steps, batch
-cap, rate cap, shedding) when ``decision.changed``. See docs/governor.md.
+cap, rate cap, shedding) when ``decision.changed``; it may report each model's active
+variant and duty with ``observe_load`` for the predicted variant choice. Recorded traces
+replay through ``edged governor replay`` (``replay.py``). See docs/governor.md.
 """
 
 from edged.governor.config import GovernorConfig, LevelConfig, auto_levels

@@ -13,6 +13,16 @@ from dataclasses import dataclass
 from edged.schema import Table, non_negative, positive
 
 STALE_POLICIES = ("hot", "ignore", "hold")
+FORECAST_MODELS = ("linear", "first_order")
+#: first_order fits a curve, which needs a longer window than a slope does.
+FIRST_ORDER_WINDOW_S = 60.0
+#: consecutive samples a forecast must persist before it escalates, per model.
+DEFAULT_FORECAST_PERSIST = {"linear": 1, "first_order": 5}
+#: swap_min_interval_s = "auto" is this many dwell_s (50 s at the default 5 s dwell):
+#: a flap near a threshold lasts at least a dwell (to relax) plus the time to re-heat,
+#: so ten dwells cover it and a heat-up/cool-down cycle costs at most one swap down
+#: and one up per level (docs/governor.md "Swap budget").
+SWAP_INTERVAL_DWELLS = 10.0
 
 #: Without a passive trip point the auto levels assume this trip: the Raspberry Pi's
 #: hard limit, which gives the documented 70 °C / 80 °C fallback thresholds.
@@ -149,6 +159,11 @@ class GovernorConfig:
     dwell_s: float = 5.0
     forecast_s: float = 0.0
     forecast_window_s: float = 10.0
+    forecast_model: str = "linear"
+    forecast_persist: int = 1
+    forecast_settle_s: float = 10.0
+    swap_min_interval_s: float = SWAP_INTERVAL_DWELLS * 5.0
+    predict: bool = False
     power_budget_w: float | None = None
     power_budget_exit_w: float | None = None
     power_window_s: float = 10.0
@@ -170,7 +185,21 @@ class GovernorConfig:
         stale_policy = t.get("stale_policy", str, "hot", choices=STALE_POLICIES)
         dwell_s = t.get("dwell_s", float, 5.0, check=non_negative)
         forecast_s = t.get("forecast_s", float, 0.0, check=non_negative)
-        forecast_window_s = t.get("forecast_window_s", float, 10.0, check=positive)
+        forecast_model = t.get("forecast_model", str, "linear", choices=FORECAST_MODELS)
+        model = forecast_model or "linear"
+        default_window = FIRST_ORDER_WINDOW_S if model == "first_order" else 10.0
+        forecast_window_s = t.get("forecast_window_s", float, default_window, check=positive)
+        forecast_persist = t.get(
+            "forecast_persist", int, DEFAULT_FORECAST_PERSIST[model], check=positive
+        )
+        forecast_settle_s = t.get("forecast_settle_s", float, 10.0, check=non_negative)
+        swap_raw = t.data.get("swap_min_interval_s", "auto")
+        if isinstance(swap_raw, str):
+            t.get("swap_min_interval_s", str, "auto", choices=("auto",))
+            swap_min_interval_s = None
+        else:
+            swap_min_interval_s = t.get("swap_min_interval_s", float, None, check=non_negative)
+        predict = t.get("predict", bool, False)
         budget = t.get("power_budget_w", float, None, check=positive)
         budget_exit = t.get("power_budget_exit_w", float, None, check=non_negative)
         power_window_s = t.get("power_window_s", float, 10.0, check=positive)
@@ -210,7 +239,16 @@ class GovernorConfig:
             stale_policy=stale_policy or "hot",
             dwell_s=dwell_s if dwell_s is not None else 5.0,
             forecast_s=forecast_s or 0.0,
-            forecast_window_s=forecast_window_s or 10.0,
+            forecast_window_s=forecast_window_s or default_window,
+            forecast_model=model,
+            forecast_persist=forecast_persist or DEFAULT_FORECAST_PERSIST[model],
+            forecast_settle_s=forecast_settle_s if forecast_settle_s is not None else 10.0,
+            swap_min_interval_s=(
+                swap_min_interval_s
+                if swap_min_interval_s is not None
+                else SWAP_INTERVAL_DWELLS * (dwell_s if dwell_s is not None else 5.0)
+            ),
+            predict=bool(predict),
             power_budget_w=budget,
             power_budget_exit_w=budget_exit,
             power_window_s=power_window_s or 10.0,

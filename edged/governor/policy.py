@@ -17,6 +17,13 @@ Rules (docs/governor.md explains them for operators):
   most severe level: we are blind, so be safe), ``hold`` (use its last good value) or
   ``ignore``.
 * ``pin(name)`` overrides everything until ``pin(None)``.
+* The forecast (``forecast.py`` for ``first_order``) adds at most one level above what
+  the measured temperature asks for, never the top one, and only after it persisted
+  ``forecast_persist`` samples; relaxing needs the measurement and the forecast below
+  ``exit_c``.
+* The ladder step in the Decision moves only when the swap budget allows
+  (``swap_budget.py``); with ``predict`` the step per model is the heavier of the
+  level's and the predicted choice (``thermal_model.py``, fed by ``observe_load``).
 
 ``step`` is pure policy (no I/O) with time injected, so tests drive it with ramps.
 """
@@ -34,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edged.governor.config import GovernorConfig, LevelConfig, auto_levels, with_base
+from edged.governor.forecast import FirstOrderForecast, Fit
 from edged.governor.sensors import (
     TEMPERATURE_KINDS,
     THERMAL,
@@ -41,6 +49,8 @@ from edged.governor.sensors import (
     Sensors,
     first_passive_trip_c,
 )
+from edged.governor.swap_budget import SwapBudget
+from edged.governor.thermal_model import LoadBook, ThermalModel, choose_rung
 
 log = logging.getLogger("edged.governor")
 
@@ -64,6 +74,17 @@ class Decision:
     temperature_c: float | None = None
     #: total power averaged over power_window_s (what the budget and enter_w look at).
     power_w: float | None = None
+    #: the ladder step the level (or prediction) asks for; ``ladder_steps`` differs from it
+    #: while the swap budget holds the current step (``swap_hold_s`` seconds left).
+    ladder_wanted: int | None = None
+    swap_hold_s: float | None = None
+    #: the first-order fit behind the forecast (forecast_model = "first_order").
+    forecast: dict[str, Any] | None = None
+    #: learned board response and per-model predicted equilibria (see thermal_model.py).
+    prediction: dict[str, Any] | None = None
+    #: per-model ladder step (level and predicted choice, after the swap budget); a model
+    #: not listed follows ``ladder_steps``.
+    variant_steps: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +100,11 @@ class Decision:
             "headroom": self.headroom,
             "temperature_c": self.temperature_c,
             "power_w": self.power_w,
+            "ladder_wanted": self.ladder_wanted,
+            "swap_hold_s": self.swap_hold_s,
+            "forecast": self.forecast,
+            "prediction": self.prediction,
+            "variant_steps": self.variant_steps,
         }
 
 
@@ -93,6 +119,7 @@ class _Inputs:
     stale_hot: str | None = None  # name of a counted sensor that is stale under "hot"
     power: float | None = None  # window average
     battery: float | None = None  # ratio, only while on battery
+    fit: Fit | None = None  # first-order forecast fit
 
     @property
     def effective_temp(self) -> float | None:
@@ -156,6 +183,19 @@ class Governor:
         self._budget_index = 0
         self._budget_since: float | None = None
         self._warned_no_sensor = False
+        self._forecaster = (
+            FirstOrderForecast(cfg.forecast_window_s, cfg.forecast_s, cfg.forecast_settle_s)
+            if cfg.forecast_s > 0 and cfg.forecast_model == "first_order"
+            else None
+        )
+        self._forecast_streak = 0
+        self._swaps = SwapBudget(cfg.swap_min_interval_s)
+        self._thermal = ThermalModel()
+        self._book = LoadBook()
+        self._ladder_len: dict[str, int] = {}
+        self._rungs: dict[str, int] = {}  # last predicted rung per model
+        top_enters = [lv.enter_c for lv in self.levels[1:] if lv.enter_c is not None]
+        self._hard_c: float | None = max(top_enters) if top_enters else None
 
     # -- public API -------------------------------------------------------------------------
     @property
@@ -187,6 +227,26 @@ class Governor:
                 )
             self._pinned = names.index(level_name)
 
+    def observe_load(
+        self,
+        model: str,
+        variant_index: int,
+        duty: float,
+        now: float | None = None,
+        ladder_len: int | None = None,
+    ) -> None:
+        """Report which variant of ``model`` is active and its compute duty cycle (0..1).
+
+        The daemon calls this each governor tick (or on a swap); ``ladder_len`` is the
+        model's number of variants. It feeds the per-variant power the prediction uses;
+        ``now`` is accepted for symmetry with ``step`` (learning happens in ``step``).
+        """
+        del now
+        with self._lock:
+            self._book.observe(model, variant_index, duty)
+            if ladder_len is not None:
+                self._ladder_len[model] = ladder_len
+
     def step(self, readings: Readings, now: float | None = None) -> Decision:
         """One policy step on ``readings`` at time ``now`` (default: the governor clock)."""
         now = self._clock() if now is None else now
@@ -204,8 +264,10 @@ class Governor:
                 index, reason = self._pinned, f"pinned by operator (automatic: {auto}: {reason})"
             else:
                 index = self._index
+            prediction = self._predict(inputs, readings, now)
             decision = self._decision(
-                index, reason, changed=index != self._last.index, inputs=inputs
+                index, reason, changed=index != self._last.index, inputs=inputs,
+                now=now, prediction=prediction,
             )
             if decision.changed:
                 log.info("governor: %s -> %s: %s", self._last.level, decision.level, reason)
@@ -227,6 +289,10 @@ class Governor:
                 "headroom": d.headroom,
                 "temperature_c": d.temperature_c,
                 "power_w": d.power_w,
+                "forecast": d.forecast,
+                "prediction": d.prediction,
+                "swap_budget": {"ladder_wanted": d.ladder_wanted, "hold_s": d.swap_hold_s,
+                                "min_interval_s": self.cfg.swap_min_interval_s},
                 "actions": {
                     "ladder_steps": d.ladder_steps,
                     "max_batch_size": d.max_batch_size,
@@ -291,7 +357,11 @@ class Governor:
             )
         if best is not None:
             inp.temp, inp.temp_name = best
-            if cfg.forecast_s > 0:
+            if self._forecaster is not None:
+                inp.fit = self._forecaster.update(now, best[0], r.total_power_w)
+                if inp.fit is not None and inp.fit.forecast_c > best[0]:
+                    inp.forecast, inp.slope = inp.fit.forecast_c, inp.fit.slope_c_per_s
+            elif cfg.forecast_s > 0:
                 self._temps.append((now, best[0]))
                 while self._temps and self._temps[0][0] < now - cfg.forecast_window_s:
                     self._temps.popleft()
@@ -314,18 +384,28 @@ class Governor:
             inp.battery = r.battery_ratio
         return inp
 
-    def _triggered(self, lv: LevelConfig, inp: _Inputs, *, holding: bool) -> str | None:
-        """Why ``lv`` applies (enter values, or exit values when ``holding``), else None."""
-        t = inp.effective_temp
+    def _triggered(
+        self, lv: LevelConfig, inp: _Inputs, *, holding: bool, forecast: bool = True
+    ) -> str | None:
+        """Why ``lv`` applies (enter values, or exit values when ``holding``), else None.
+
+        ``forecast=False`` looks at the measured temperature only.
+        """
+        t = inp.effective_temp if forecast else inp.temp
         if lv.enter_c is not None and t is not None:
             limit = lv.exit_c if holding and lv.exit_c is not None else lv.enter_c
             if t >= limit:
                 verb = "hold" if holding else "enter"
                 if inp.forecast is not None and inp.temp is not None and inp.temp < limit:
+                    curve = ""
+                    if inp.fit is not None:
+                        eq = inp.fit.equilibrium_c
+                        curve = (f" (fit τ {inp.fit.tau_s:.0f} s, equilibrium "
+                                 f"{'—' if eq is None else f'{eq:.1f} °C'})")
                     return (
                         f"{inp.temp_name} {inp.temp:.1f} °C rising {inp.slope:.2f} °C/s → "
-                        f"{inp.forecast:.1f} °C in {self.cfg.forecast_s:g} s ≥ {limit:.1f} "
-                        f"({verb} {lv.name}, forecast)"
+                        f"{inp.forecast:.1f} °C in {self.cfg.forecast_s:g} s{curve} ≥ "
+                        f"{limit:.1f} ({verb} {lv.name}, forecast)"
                     )
                 return f"{inp.temp_name} {inp.temp:.1f} °C ≥ {limit:.1f} ({verb} {lv.name})"
         if lv.enter_w is not None and inp.power is not None:
@@ -375,12 +455,14 @@ class Governor:
     def _advance(self, inp: _Inputs, now: float) -> str:
         """Move the automatic level; returns the reason text for the resulting level."""
         top = len(self.levels) - 1
-        # Escalation: the most severe level any trigger asks for, at once.
+        # Escalation: the most severe level any measured trigger asks for, at once; the
+        # forecast adds at most one level, never the top one, once it has persisted.
         target, why = 0, ""
         for i in range(1, len(self.levels)):
-            text = self._triggered(self.levels[i], inp, holding=False)
+            text = self._triggered(self.levels[i], inp, holding=False, forecast=False)
             if text is not None:
                 target, why = i, text
+        target, why = self._forecast_target(inp, target, why)
         budget_why = self._budget(inp, now)
         if budget_why is not None and self._budget_index > target:
             target, why = self._budget_index, budget_why
@@ -412,6 +494,25 @@ class Governor:
         self._since = now
         return f"{self._calm(inp)} (exit {cur.name} after {self.cfg.dwell_s:g} s dwell)"
 
+    def _forecast_target(self, inp: _Inputs, target: int, why: str) -> tuple[int, str]:
+        if inp.forecast is None:
+            self._forecast_streak = 0
+            return target, why
+        top = len(self.levels) - 1
+        cap = min(target + 1, top - 1) if top >= 2 else top
+        wanted, text = target, why
+        for i in range(target + 1, cap + 1):
+            t = self._triggered(self.levels[i], inp, holding=False)
+            if t is not None:
+                wanted, text = i, t
+        if wanted <= max(target, self._index):
+            self._forecast_streak = 0
+            return target, why
+        self._forecast_streak += 1
+        if self._forecast_streak < self.cfg.forecast_persist:
+            return target, why
+        return wanted, text
+
     def _calm(self, inp: _Inputs) -> str:
         parts = []
         if inp.temp is not None:
@@ -422,15 +523,93 @@ class Governor:
             parts.append(f"battery {inp.battery:.0%}")
         return "below thresholds: " + (", ".join(parts) if parts else "no readings")
 
-    def _decision(self, index: int, reason: str, *, changed: bool, inputs: _Inputs) -> Decision:
+    def _predict(self, inp: _Inputs, r: Readings, now: float) -> dict[str, Any] | None:
+        """Learn the board and variant powers from this sample; predict equilibria."""
+        book = self._book
+        rails = r.total_power_w is not None
+        book.learn(r.total_power_w)
+        power = r.total_power_w if rails else (book.duty_total() if book.active else None)
+        if inp.temp is None or power is None:
+            return None
+        self._thermal.add(now, inp.temp, power, "W" if rails else "duty")
+        params = self._thermal.params()
+        if params is None:
+            return None
+        limit = self.first_threshold_c
+        models: dict[str, Any] = {}
+        for model, (active, duty) in sorted(book.active.items()):
+            n = max(self._ladder_len.get(model, active + 1), active + 1)
+            eqs: list[float | None] = []
+            for i in range(n):
+                p = book.predicted_power(model, i, rails)
+                eqs.append(None if p is None else params.equilibrium(p))
+            rung = active if limit is None else choose_rung(eqs, active, limit)
+            models[model] = {
+                "active": active,
+                "duty": round(duty, 3),
+                "equilibria_c": [None if e is None else round(e, 1) for e in eqs],
+                "rung": rung,
+            }
+        return {
+            "units": params.units,
+            "ambient_c": round(params.ambient_c, 1),
+            "rise_per_unit": round(params.rise_per_unit, 3),
+            "tau_s": round(params.tau_s, 1),
+            "power": round(power, 3),
+            "equilibrium_c": round(params.equilibrium(power), 1),
+            "limit_c": limit,
+            "models": models,
+        }
+
+    def _ladder(
+        self, want: int, inputs: _Inputs, now: float | None, prediction: dict[str, Any] | None
+    ) -> tuple[int, float | None, dict[str, int] | None, int]:
+        """Apply the predicted choice and the swap budget: (steps, hold s, per model, wanted)."""
+        if now is None:
+            return want, None, None, want
+        force = (
+            self._pinned is not None
+            or inputs.stale_hot is not None
+            or (self._hard_c is not None and inputs.temp is not None
+                and inputs.temp >= self._hard_c)
+        )
+        if not (self.cfg.predict and self._book.active):
+            steps, left = self._swaps.allow("*", want, now, force=force)
+            return steps, (left if left > 0 else None), None, want
+        # Predicted choice: each reporting model keeps its last predicted rung while the
+        # model is (re)learning, and is budgeted on its own; the global step is their max.
+        predicted = (prediction or {}).get("models", {})
+        per_model: dict[str, int] = {}
+        lefts: list[float] = []
+        for name in sorted(self._book.active):
+            if name in predicted:
+                self._rungs[name] = predicted[name]["rung"]
+            wanted = max(want, self._rungs.get(name, 0))
+            per_model[name], left = self._swaps.allow(name, wanted, now, force=force)
+            lefts.append(left)
+        wanted = max(want, *self._rungs.values()) if self._rungs else want
+        hold = max(lefts) if lefts and max(lefts) > 0 else None
+        return max(per_model.values()), hold, per_model, wanted
+
+    def _decision(
+        self,
+        index: int,
+        reason: str,
+        *,
+        changed: bool,
+        inputs: _Inputs,
+        now: float | None = None,
+        prediction: dict[str, Any] | None = None,
+    ) -> Decision:
         lv = self.levels[index]
         headroom = None
         if inputs.temp is not None and self.first_threshold_c:
             headroom = inputs.temp / self.first_threshold_c
+        steps, hold, per_model, wanted = self._ladder(lv.ladder_steps, inputs, now, prediction)
         return Decision(
             level=lv.name,
             index=index,
-            ladder_steps=lv.ladder_steps,
+            ladder_steps=steps,
             max_batch_size=lv.max_batch_size,
             max_rate_hz=lv.max_rate_hz,
             shed_priority_above=lv.shed_priority_above,
@@ -440,6 +619,11 @@ class Governor:
             headroom=None if headroom is None or math.isnan(headroom) else headroom,
             temperature_c=inputs.temp,
             power_w=inputs.power,
+            ladder_wanted=wanted,
+            swap_hold_s=hold,
+            forecast=inputs.fit.to_dict() if inputs.fit is not None else None,
+            prediction=prediction,
+            variant_steps=per_model,
         )
 
 
