@@ -71,6 +71,8 @@ class Model:
         self._m_queue_duration = metrics.queue_duration.labels(cfg.name)
         self._m_batch_size = metrics.batch_size.labels(cfg.name)
         self._m_variant: dict[str, tuple[Any, Any]] = {}
+        self._busy_s = 0.0  # compute seconds since the last take_duty()
+        self._duty_since = time.monotonic()
 
     # -- what the server asks -----------------------------------------------------------
     @property
@@ -100,6 +102,13 @@ class Model:
     def stuck(self, now: float, stall_s: float) -> bool:
         """A batch has been computing for longer than ``stall_s`` (the watchdog asks)."""
         return self._batcher.busy and now - self._batcher.last_progress > stall_s
+
+    def take_duty(self) -> float:
+        """Fraction of the time since the last call that a batch was computing (0..1)."""
+        now = time.monotonic()
+        span, busy = now - self._duty_since, self._busy_s
+        self._duty_since, self._busy_s = now, 0.0
+        return min(1.0, busy / span) if span > 0 else 0.0
 
     def set_throttle(self, max_batch_size: int | None, max_rate_hz: float | None,
                      shed_priority_above: int | None, reason: str) -> None:
@@ -352,6 +361,7 @@ class Model:
     def _on_batch(self, variant: str, rows: int, compute_s: float, batch: list[Pending]) -> None:
         self.variant_series(variant)[1].observe(compute_s)
         self._m_batch_size.observe(rows)
+        self._busy_s += compute_s
         if self.power_w is not None:
             w = self.power_w()
             if w:

@@ -94,6 +94,7 @@ class Governing:
                 try:
                     readings = await asyncio.to_thread(gov.sample)
                     if gov is self.governor:  # not replaced by a reload meanwhile
+                        self._report_load(gov)
                         decision = gov.step(readings)
                         now = time.monotonic()
                         self._metrics.update(readings, decision, now - last)
@@ -109,6 +110,14 @@ class Governing:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval)
 
+    def _report_load(self, gov: Any) -> None:
+        """Which variant each model runs and how busy it was: what the governor's
+        predicted-temperature choice learns each variant's power from."""
+        for m in self.state.registry:
+            if m.ready and m.active_index is not None:
+                gov.observe_load(m.name, m.active_index, m.take_duty(),
+                                 ladder_len=len(m.variant_names))
+
     # -- deciding what each model runs -----------------------------------------------------
     @property
     def level(self) -> str | None:
@@ -116,7 +125,11 @@ class Governing:
 
     def index_for(self, m: Model) -> int:
         """The ladder index ``m`` should run now (also where a newly loaded model starts)."""
-        steps = getattr(self._decision, "ladder_steps", 0) if self._decision is not None else 0
+        d = self._decision
+        steps = 0
+        if d is not None:
+            # Per-model steps when the governor predicts per variant; else one for all.
+            steps = (getattr(d, "variant_steps", None) or {}).get(m.name, d.ladder_steps)
         pin = self.pins.get(m.name)
         names = m.variant_names
         if pin is not None and pin.variant in names:
