@@ -43,6 +43,8 @@ class Result:
     queue_s: float
     compute_s: float
     batch: int
+    #: a detector's boxes for this request, float32 [K, 6] (None for other models)
+    detections: np.ndarray | None = None
 
 
 Respond = Callable[["Pending", "Result | EdgedError"], None]
@@ -60,6 +62,9 @@ class Pending:
     stream: str | None = None
     deadline: float | None = None  # time.monotonic() seconds
     outputs: list[str] | None = None
+    #: what the model needs to finish this request after compute (a detector's frame
+    #: transform and options); opaque to the batcher
+    meta: Any = None
     arrival: float = field(default_factory=time.monotonic)
     done: bool = False
     queued: bool = False
@@ -76,7 +81,9 @@ class Throttle:
         self.reason: str = ""
 
 
-Compute = Callable[[list[Pending]], tuple[str, list[list[tuple[str, np.ndarray]]], float]]
+#: per request: its outputs and, for a detector, its detections
+PerRequest = tuple[list[tuple[str, np.ndarray]], "np.ndarray | None"]
+Compute = Callable[[list[Pending]], tuple[str, list[PerRequest], float]]
 
 
 class Batcher:
@@ -321,8 +328,8 @@ class Batcher:
         n = sum(p.rows for p in batch)
         if self.on_batch is not None:
             self.on_batch(variant, n, compute_s, batch)
-        for p, out in zip(batch, outs, strict=True):
-            self._finish(p, Result(variant, out, start - p.arrival, compute_s, n))
+        for p, (out, det) in zip(batch, outs, strict=True):
+            self._finish(p, Result(variant, out, start - p.arrival, compute_s, n, det))
 
     async def _worker(self) -> None:
         """The slow path: rate caps, deliberate batching delay, resuming after a pause."""

@@ -24,7 +24,7 @@ import numpy as np
 import psutil
 
 from edged.backends.base import TensorSpec, run_batch
-from edged.batcher import Batcher, Pending
+from edged.batcher import Batcher, Pending, PerRequest
 from edged.config import ModelConfig, VariantConfig
 from edged.errors import ArtifactError, EdgedError, InvalidArgument, Unavailable
 from edged.metrics import Metrics
@@ -34,7 +34,6 @@ from edged.variants import Loaded, check_candidate, open_variant
 
 log = logging.getLogger("edged.model")
 
-Outputs = list[list[tuple[str, np.ndarray]]]
 
 
 class Model:
@@ -323,7 +322,7 @@ class Model:
         self._m_queue_depth.set(self._batcher.depth)
 
     # -- the worker-thread side ---------------------------------------------------------
-    def _compute(self, batch: list[Pending]) -> tuple[str, Outputs, float]:
+    def _compute(self, batch: list[Pending]) -> tuple[str, list[PerRequest], float]:
         loaded = self.active
         if loaded is None:
             raise Unavailable(f"model {self.name!r} has no loaded variant")
@@ -341,11 +340,11 @@ class Model:
                 got = "nothing" if a is None else f"shape {list(a.shape)}"
                 raise EdgedError(f"variant {loaded.config.name!r} returned {got} for output "
                                  f"{o.name!r}; expected {total} rows")
-        results = []
+        results: list[PerRequest] = []
         start = 0
         for p in batch:
             names = p.outputs or [o.name for o in self.outputs]
-            results.append([(n, outs[n][start:start + p.rows]) for n in names])
+            results.append(([(n, outs[n][start:start + p.rows]) for n in names], None))
             start += p.rows
         return loaded.config.name, results, compute_s
 

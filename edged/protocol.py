@@ -37,9 +37,11 @@ DTYPES: dict[str, np.dtype] = {
     )
 }
 
+#: detection options (DESIGN "Detection models"); the model checks their values
+DETECT_OPTIONS = frozenset({"conf", "iou", "max_det", "classes", "raw"})
 _HEADER_KEYS = frozenset(
     {"v", "op", "id", "model", "inputs", "timeout_ms", "priority", "stream", "outputs"}
-)
+) | DETECT_OPTIONS
 _INPUT_KEYS = frozenset({"name", "dtype", "shape", "encoding"})
 
 
@@ -78,6 +80,8 @@ class Request:
     priority: int = 1
     stream: str | None = None
     outputs: list[str] | None = None
+    #: detection options given in the header (conf, iou, max_det, classes, raw)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 class ProtocolError(EdgedError):
@@ -189,6 +193,7 @@ def _parse(h: dict[str, Any], tensors: list[Any], limits: Limits) -> Request:
             raise InvalidArgument("outputs must be a non-empty list of output names")
         req.outputs = list(dict.fromkeys(outs))
 
+    req.options = {k: h[k] for k in DETECT_OPTIONS if k in h}
     metas = h.get("inputs")
     if not isinstance(metas, list) or not metas:
         raise InvalidArgument("infer needs 'inputs': a non-empty list of input descriptions")
@@ -273,8 +278,17 @@ def ok_reply_frames(
     variant: str,
     outputs: list[tuple[str, np.ndarray]],
     timing: dict[str, Any],
+    detections: np.ndarray | None = None,
+    detections_header: dict[str, Any] | None = None,
 ) -> list[Any]:
-    """Header + one C-contiguous little-endian buffer per output."""
+    """Header + one C-contiguous little-endian buffer per output (+ the detections frame,
+    float32 [K, 6], after the outputs, when the model is a detector)."""
+    if detections is not None:
+        frames = ok_reply_frames(request_id, model, variant, outputs, timing)
+        head = json.loads(frames[0])
+        d = np.ascontiguousarray(detections, dtype="<f4")
+        head["detections"] = {**(detections_header or {}), "count": int(d.shape[0])}
+        return [encode_header(head), *frames[1:], d.data if d.nbytes else b""]
     if len(outputs) == 1:
         name, a = outputs[0]
         if a.flags.c_contiguous and a.dtype.byteorder != ">" and a.nbytes:

@@ -159,6 +159,7 @@ def governed(tmp: Path, levels: str = "") -> Path:
 enabled = true
 sysfs_root = "{root}"
 interval_s = 0.2
+swap_min_interval_s = 0  # these tests are about pins, not the swap budget
 {levels}
 """)
 
