@@ -131,7 +131,14 @@ def _limits(t: Table) -> Limits:
     d = Limits()
     kw: dict[str, Any] = {}
     for key in d.__dataclass_fields__:
+        if key == "hard_message_bytes":
+            kw[key] = t.get(key, int, 0, check=non_negative)
+            continue
         kw[key] = t.get(key, int, getattr(d, key), check=positive)
+    if kw["hard_message_bytes"] and kw["hard_message_bytes"] < kw["max_message_bytes"]:
+        t.problem("hard_message_bytes", f"must be >= max_message_bytes "
+                  f"({kw['max_message_bytes']}) or 0; got {kw['hard_message_bytes']}")
+        kw["hard_message_bytes"] = 0
     t.done()
     return Limits(**kw)
 

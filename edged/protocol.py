@@ -50,6 +50,10 @@ class Limits:
     """Bounds on what one message may make the daemon read or allocate."""
 
     max_message_bytes: int = 64 << 20
+    #: ZMQ_MAXMSGSIZE: a frame above it makes libzmq drop the connection unread. Between
+    #: max_message_bytes and this, a message is read and answered RESOURCE_EXHAUSTED.
+    #: 0 = twice max_message_bytes.
+    hard_message_bytes: int = 0
     max_header_bytes: int = 64 << 10
     max_inputs: int = 16
     max_rank: int = 8
@@ -57,6 +61,10 @@ class Limits:
     max_elements: int = 1 << 26
     max_id_length: int = 256
     max_image_pixels: int = 1 << 25  # decoded image area (e.g. 8K x 4K)
+
+    @property
+    def hard_cap(self) -> int:
+        return self.hard_message_bytes or 2 * self.max_message_bytes
 
 
 @dataclass

@@ -244,7 +244,7 @@ class Generator:
         half = MAX_MESSAGE_BYTES // 2 + 1024
         h = {"v": 1, "id": rid, "model": "digits",
              "inputs": [{"dtype": "uint8", "shape": [half]}, {"dtype": "uint8", "shape": [half]}]}
-        return [_dumps(h), bytes(half), bytes(half)], frozenset({"INVALID_ARGUMENT"})
+        return [_dumps(h), bytes(half), bytes(half)], frozenset({"RESOURCE_EXHAUSTED"})
 
     def _odd_options(self, rid: str) -> tuple[list[bytes], frozenset[str]]:
         opts = self.rng.choice([
@@ -426,13 +426,14 @@ def _alive(pid: int) -> bool:
 
 
 def oversize_frames(endpoint: str, n: int, report: Report) -> None:
-    """A single frame above MAXMSGSIZE: libzmq drops that peer before edged reads it."""
+    """A single frame above MAXMSGSIZE (the hard cap, 2x the limit): libzmq drops that
+    peer before edged reads it."""
     ctx = zmq.Context.instance()
     for i in range(n):
         s = ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
         s.connect(endpoint)
-        s.send_multipart([_dumps(_valid_header(f"big-{i}")), bytes(MAX_MESSAGE_BYTES + 1)])
+        s.send_multipart([_dumps(_valid_header(f"big-{i}")), bytes(2 * MAX_MESSAGE_BYTES + 1)])
         if s.poll(300):
             report.oversize_answered += 1
         else:

@@ -241,10 +241,14 @@ def test_message_over_the_size_limit(make_daemon: Any, tmp_path: Path) -> None:
     # Several frames, each under the limit, adding up to more: answered by id.
     meta = [{"dtype": "uint8", "shape": [60000]}, {"dtype": "uint8", "shape": [60000]}]
     reply = _raw(d, [_hdr(inputs=meta), b"\x00" * 60000, b"\x00" * 60000])
-    assert reply is not None and reply["status"] == "INVALID_ARGUMENT"
+    assert reply is not None and reply["status"] == "RESOURCE_EXHAUSTED"
     assert "limit" in reply["error"] and reply["id"] == "bad"
-    # One frame over the limit: libzmq drops that peer before anything is allocated.
-    assert _raw(d, [_hdr(inputs=meta[:1]), b"\x00" * 200000], timeout=1.0) is None
+    # One frame over the limit but under the hard cap (2x): read and answered too.
+    reply = _raw(d, [_hdr(inputs=meta[:1]), b"\x00" * 150000])
+    assert reply is not None and reply["status"] == "RESOURCE_EXHAUSTED"
+    assert "150" in reply["error"] and reply["id"] == "bad"
+    # Above the hard cap: libzmq drops that peer before anything is allocated.
+    assert _raw(d, [_hdr(inputs=meta[:1]), b"\x00" * 200001], timeout=1.0) is None
     with d.client() as c:
         assert c.infer("digits", tensor(0)).ok
     assert d.proc.poll() is None

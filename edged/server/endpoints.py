@@ -87,8 +87,9 @@ class Endpoints:
         try:
             s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply is never dropped silently
             s.setsockopt(zmq.LINGER, 1000)
-            # A single frame above the limit makes libzmq drop the peer before we read it.
-            s.setsockopt(zmq.MAXMSGSIZE, cfg.limits.max_message_bytes)
+            # A frame above the hard cap makes libzmq drop the peer before we read it; up
+            # to the cap, an oversize message is read and answered RESOURCE_EXHAUSTED.
+            s.setsockopt(zmq.MAXMSGSIZE, cfg.limits.hard_cap)
             # Per peer: unread messages libzmq may buffer (each up to max_message_bytes).
             s.setsockopt(zmq.RCVHWM, 1000)
             s.setsockopt(zmq.SNDHWM, 1000)

@@ -20,7 +20,7 @@ import zmq
 import zmq.asyncio
 
 from edged.batcher import Pending, Result
-from edged.errors import EdgedError, InvalidArgument, ResourceExhausted, Unavailable
+from edged.errors import EdgedError, ResourceExhausted, Unavailable
 from edged.model import Model
 from edged.protocol import (
     ProtocolError,
@@ -86,8 +86,8 @@ class InferencePath:
             with contextlib.suppress(Exception):
                 header = decode_header(body[0], limits)
             self._send_error(sock, envelope, peek_id(header, limits), None,
-                             InvalidArgument(f"message is {total} bytes; the limit is "
-                                             f"{limits.max_message_bytes}"))
+                             ResourceExhausted(f"message is {total} bytes; the limit is "
+                                               f"{limits.max_message_bytes}"))
             return
         try:
             req = parse_request(body, limits)

@@ -60,8 +60,8 @@ def needs_restart(old: Config, new: Config) -> list[str]:
             a.curve is not None and b.curve is not None
             and a.curve.server_secret_key != b.curve.server_secret_key):
         keys.append("server.curve")
-    if a.limits.max_message_bytes != b.limits.max_message_bytes:
-        keys.append("server.limits.max_message_bytes")
+    if a.limits.hard_cap != b.limits.hard_cap:
+        keys.append("server.limits.max_message_bytes/hard_message_bytes")
     if old.metrics != new.metrics:
         keys.append("metrics.listen")
     return keys
