@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Write the SYNTHETIC governor traces in examples/traces/ (deterministic, seeded).
 
-Why synthetic: no public recording with a licence that allows redistribution was found
-(examples/traces/README.md lists the real recordings used for evaluation and how to
-fetch them). These files are generated, named ``synthetic-*`` and must never be
+Why synthetic: they were written when no public recording with a licence that allows
+redistribution had been found; licensed real recordings now ship next to them, and
+examples/traces/README.md also lists unlicensed ones used for evaluation and how to
+fetch them. These files are generated, named ``synthetic-*`` and must never be
 presented as recordings. The plant is a sum of two first-order responses — a fast die
 (τ ≈ 4 s) on a slow heat sink (τ ≈ 150–200 s) — which is what makes a linear forecast
 overshoot at a load step; readings are quantised like the real sensors (1 °C on a Pi,
