@@ -78,6 +78,7 @@ class Daemon:
                  metrics: bool = False, wait: bool = True, cwd: Path = ROOT,
                  args: tuple[str, ...] = ()) -> None:
         self.workdir = self.tmp = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
         self.runtime_dir = workdir / "run"
         self.port = free_port()
         self.tcp = f"tcp://127.0.0.1:{self.port}"

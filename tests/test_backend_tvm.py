@@ -168,3 +168,35 @@ def test_missing_tvm_names_the_extra(built, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(sys.modules, "tvm", None)  # makes `import tvm` raise ImportError
     with pytest.raises(ArtifactError, match=r"edged\[tvm\]"):
         open_backend(built["dyn"], Options(), 8)
+
+
+def test_daemon_serves_tvm_with_the_runtime_library_only(built, data, tmp_path: Path) -> None:
+    """The daemon maps libtvm_runtime.so, never the 259 MB compiler library (issue 14)."""
+    from conftest import Daemon
+
+    x, ref = data
+    cfg = tmp_path / "tvm.toml"
+    cfg.write_text(f"""
+[metrics]
+listen = "off"
+[[models]]
+name = "digits"
+max_batch_size = 4
+[[models.variants]]
+name = "tvm-dyn"
+backend = "tvm"
+path = "{built['dyn']}"
+[models.variants.options]
+threads = 1
+""")
+    d = Daemon(cfg, tmp_path)
+    try:
+        with d.client() as c:
+            r = c.infer("digits", x[:4])
+            assert r.ok, r.header
+            np.testing.assert_allclose(r.outputs["logits"], ref[:4], atol=1e-4, rtol=1e-4)
+        maps = Path(f"/proc/{d.proc.pid}/maps").read_text()
+        assert "libtvm_runtime.so" in maps
+        assert "libtvm_compiler" not in maps and "libtvm.so" not in maps
+    finally:
+        d.stop()

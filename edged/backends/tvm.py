@@ -67,12 +67,19 @@ class Options(BackendOptions):
 
 
 def _import_tvm(threads: int | None) -> Any:
-    """Import TVM lazily, with the thread count applied the only reliable way."""
-    if threads is not None and "tvm" not in sys.modules:
-        os.environ["TVM_NUM_THREADS"] = str(threads)
+    """Import the TVM *runtime* lazily, with the thread count applied the only reliable way.
+
+    Why ``TVM_USE_RUNTIME_LIB``: a plain ``import tvm`` maps the 259 MB compiler library
+    (RSS +100 MB, ~1 s); with it set before the first import, only ``libtvm_runtime.so``
+    loads, which is all a daemon needs to run what ``edged compile`` built. (A process
+    that already imported the compiler, like ``edged compile`` or a test, keeps it.)"""
+    if "tvm" not in sys.modules:
+        os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
+        if threads is not None:
+            os.environ["TVM_NUM_THREADS"] = str(threads)
     try:
         import tvm
-        from tvm import relax  # noqa: F401 - fails early if the wheel lacks Relax
+        import tvm.runtime.vm  # the Relax VM, in the runtime library
     except (ImportError, OSError) as e:
         raise ArtifactError(
             f"the TVM runtime is not usable ({type(e).__name__}: {e}); "
@@ -232,8 +239,6 @@ class TvmBackend(Backend):
         self.inputs = _specs(meta, "inputs", path)
         self.outputs = _specs(meta, "outputs", path)
         tvm = _import_tvm(options.threads)
-        from tvm import relax
-
         check_compatible(path, meta, tvm.__version__)
         files = _library_files(path, meta)
         self.dev = self._device(tvm, meta, options.device, path)
@@ -243,7 +248,7 @@ class TvmBackend(Backend):
             check_elf(f)
             try:
                 lib = tvm.runtime.load_module(str(f))
-                self._vms[size] = relax.VirtualMachine(lib, self.dev)
+                self._vms[size] = tvm.runtime.vm.VirtualMachine(lib, self.dev)
             except Exception as e:  # TVM raises its own error types
                 raise ArtifactError(
                     f"{f}: cannot load TVM library ({type(e).__name__}: "
