@@ -17,6 +17,7 @@ import zmq
 
 from edged.client.errors import ClientTimeout, ProtocolViolation, Unavailable, error_for
 from edged.client.socket_support import open_dealer
+from edged.errors import EdgedError
 from edged.protocol import control_message
 from edged.runtime_dir import CONTROL_SOCKET_NAME, runtime_dir_candidates
 
@@ -73,7 +74,11 @@ class ControlClient:
 
     def call(self, op: str, *, raise_on_error: bool = True, **args: Any) -> dict[str, Any]:
         """Send ``op`` with its fields (checked against CONTROL_OPS) and return the reply."""
-        reply = self.send_message(control_message(op, next(self._ids), **args))
+        try:
+            msg = control_message(op, next(self._ids), **args)
+        except EdgedError as e:
+            raise error_for({"status": e.status, "error": str(e)}) from None
+        reply = self.send_message(msg)
         if raise_on_error and reply.get("status") != "OK":
             raise error_for(reply)
         return reply
