@@ -130,3 +130,20 @@ def test_streamer_show_without_a_gui_build_says_so() -> None:
         pytest.skip("this OpenCV has a GUI")
     r = run([sys.executable, str(EXAMPLES / "streamer.py"), "--model", "digits", "--show"])
     assert r.returncode == 2 and "--show needs an OpenCV build with a GUI" in r.stderr
+
+
+# -- docs/protocol.md's byte-by-byte example ------------------------------------------------
+
+def test_protocol_doc_example_is_what_the_daemon_sends(daemon: Daemon, tmp_path: Path) -> None:
+    script = str(ROOT / "scripts" / "protocol_example.py")
+    doc = ROOT / "docs" / "protocol.md"
+    r = run([sys.executable, script, "--endpoint", daemon.tcp, "--check", str(doc)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    # A doc whose request bytes or reply shape drifted is caught.
+    stale = tmp_path / "protocol.md"
+    stale.write_text(doc.read_text().replace('"shape":[1,10]', '"shape":[1,11]')
+                     .replace("00000000  00 00 00 00 00 00 00 00 00 3c",
+                              "00000000  00 00 00 00 00 00 00 00 00 3d"))
+    r = run([sys.executable, script, "--endpoint", daemon.tcp, "--check", str(stale)])
+    assert r.returncode == 1
+    assert "request frame 1 differs" in r.stderr and "reply header changed" in r.stderr
