@@ -46,7 +46,7 @@ from edged.protocol import CONTROL_OPS, encode_header
 VAL = dict(np.load(MODELS / "validation.npz"))  # an NpzFile re-reads on every [ ]
 X64 = np.ones((1, 64), np.float32)
 #: Keeps the slow model busy for a few hundred ms (its loop count grows with max(x)).
-HANG = np.full((1, 64), 200_000, np.float32)
+HANG = np.full((1, 64), 100_000, np.float32)
 
 
 def digit(i: int) -> np.ndarray:
@@ -169,6 +169,13 @@ def test_a_replaced_stream_frame_raises_dropped(d: Daemon) -> None:
     assert e.value.request_id == "old" and "stream" in e.value.message
 
 
+def test_inputs_the_protocol_cannot_carry_are_refused_naming_the_input(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"input 'x': dtype complex64 is not one"):
+        build_infer("m", {"x": np.zeros(2, np.complex64)})
+    with pytest.raises(ValueError, match=r"input 0: .*only .jpg/.jpeg/.png"):
+        build_infer("m", tmp_path / "frame.bmp")
+
+
 def test_no_daemon_is_a_client_timeout_which_is_a_timeout_error() -> None:
     with Client(f"tcp://127.0.0.1:{free_port()}", timeout_s=0.3) as c, \
             pytest.raises(TimeoutError) as e:
@@ -216,6 +223,33 @@ def test_the_sync_client_starts_clean_after_a_timeout(d: Daemon) -> None:
         for i in range(3):
             r = c.infer("digits", digit(i), id=f"after-{i}", timeout_s=30)
             assert r.id == f"after-{i}" and int(np.argmax(r.outputs["logits"])) == VAL["y"][i]
+
+
+def test_both_clients_reconnect_when_the_daemon_comes_back(make_daemon: Any,
+                                                           tmp_path: Path) -> None:
+    """Same ipc path before and after a restart: the clients keep their endpoint."""
+    cfg = digits_config(tmp_path, variants=("small-fp32",))
+    first = make_daemon(cfg)
+
+    async def infer(ac: AsyncClient, rid: str, timeout_s: float) -> Reply:
+        return await ac.infer("digits", digit(2), id=rid, timeout_s=timeout_s)
+
+    loop = asyncio.new_event_loop()
+    ac = AsyncClient(first.ipc)
+    try:
+        with Client(first.ipc) as c:
+            assert c.infer("digits", digit(0)).ok
+            first.stop()
+            with pytest.raises(ClientTimeout):
+                c.infer("digits", digit(1), timeout_s=0.3)
+            with pytest.raises(ClientTimeout):
+                loop.run_until_complete(infer(ac, "while-down", 0.3))
+            make_daemon(cfg)  # the same runtime dir, so the same ipc path
+            assert c.infer("digits", digit(4), id="sync-after", timeout_s=30).id == "sync-after"
+            assert loop.run_until_complete(infer(ac, "async-after", 30)).id == "async-after"
+    finally:
+        loop.run_until_complete(ac.close())
+        loop.close()
 
 
 # -- the async client -------------------------------------------------------------------------

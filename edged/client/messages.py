@@ -83,7 +83,8 @@ def build_infer(model: str, inputs: Any, **opts: Any) -> tuple[dict[str, Any], l
     frames: list[Any] = []
     items: list[tuple[str | None, Any]]
     items = list(inputs.items()) if isinstance(inputs, dict) else [(None, inputs)]
-    for name, val in items:
+    for i, (name, val) in enumerate(items):
+        where = f"input {name!r}" if name is not None else f"input {i}"
         meta: dict[str, Any] = {}
         if name is not None:
             meta["name"] = name
@@ -91,7 +92,7 @@ def build_infer(model: str, inputs: Any, **opts: Any) -> tuple[dict[str, Any], l
             p = Path(val)
             enc = {".jpg": "jpeg", ".jpeg": "jpeg", ".png": "png"}.get(p.suffix.lower())
             if enc is None:
-                raise ValueError(f"{p}: only .jpg/.jpeg/.png images can be sent as files")
+                raise ValueError(f"{where}: {p}: only .jpg/.jpeg/.png images can be sent as files")
             meta["encoding"] = enc
             frames.append(p.read_bytes())
         elif isinstance(val, tuple) and len(val) == 2 and isinstance(val[0], str):
@@ -100,7 +101,8 @@ def build_infer(model: str, inputs: Any, **opts: Any) -> tuple[dict[str, Any], l
         else:
             a = np.require(val, requirements="C")  # keeps rank 0 (ascontiguousarray does not)
             if a.dtype.name not in DTYPES:
-                raise ValueError(f"dtype {a.dtype} is not supported by the protocol")
+                raise ValueError(f"{where}: dtype {a.dtype} is not one the protocol carries "
+                                 f"({', '.join(DTYPES)})")
             if a.dtype.byteorder == ">":
                 a = a.astype(a.dtype.newbyteorder("<"))
             meta.update(dtype=a.dtype.name, shape=list(a.shape))
