@@ -236,13 +236,13 @@ def control_call(endpoint: str, msg: dict[str, Any], timeout: float) -> dict[str
 
 
 def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | None:
-    from edged.client import ClientTimeout, ControlClient, Unavailable
+    from edged.client import ControlClient, EdgedClientError
 
     try:
         with ControlClient(args.control, args.timeout) as c:
             op = msg.pop("op")
             return c.call(op, raise_on_error=False, **msg)
-    except (ClientTimeout, Unavailable) as e:
+    except EdgedClientError as e:  # no socket, no reply, or a field refused before sending
         print(f"edged: {e.message}", file=sys.stderr)
         return None
 
