@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import glob
 import json
 import os
 import sys
@@ -26,7 +25,8 @@ def _add_client_args(p: argparse.ArgumentParser) -> None:
 def _add_control_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--control", default=os.environ.get("EDGED_CONTROL"),
                    help="control endpoint (default $EDGED_CONTROL, else the control.sock found "
-                        "in /run/edged, $XDG_RUNTIME_DIR/edged or the newest /tmp/edged-*)")
+                        "in $RUNTIME_DIRECTORY, /run/edged, $XDG_RUNTIME_DIR/edged or the "
+                        "newest /tmp/edged-*)")
     p.add_argument("--timeout", type=float, default=60.0)
 
 
@@ -190,7 +190,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
     inputs: Any = np.load(p, allow_pickle=False) if p.suffix == ".npy" else p
     try:
         with _client(args) as c:
-            r = c.infer(args.model, inputs)
+            r = c.infer(args.model, inputs, raise_on_error=False)
     except ClientTimeout as e:
         print(f"edged: {args.endpoint}: {e} (is the daemon running?)", file=sys.stderr)
         return 3
@@ -233,46 +233,24 @@ def cmd_simple(args: argparse.Namespace) -> int:
 
 # -- control commands -----------------------------------------------------------------------
 
-def find_control(explicit: str | None) -> str | None:
-    if explicit:
-        return explicit
-    candidates = ["/run/edged/control.sock"]
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        candidates.append(os.path.join(os.environ["XDG_RUNTIME_DIR"], "edged", "control.sock"))
-    tmp = sorted(glob.glob("/tmp/edged-*/control.sock"), key=os.path.getmtime, reverse=True)
-    for c in [*candidates, *tmp]:
-        if os.path.exists(c):
-            return f"ipc://{c}"
-    return None
-
-
 def control_call(endpoint: str, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
-    import zmq
+    """One control message, reply as a dict whatever its status (tests' and scripts'
+    harnesses use this; new code uses ``edged.client.ControlClient``)."""
+    from edged.client import ControlClient
 
-    ctx = zmq.Context.instance()
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    try:
-        s.connect(endpoint)
-        s.send(json.dumps(msg).encode())
-        if not s.poll(int(timeout * 1000)):
-            raise TimeoutError(f"no reply from {endpoint} within {timeout:.0f} s")
-        reply: dict[str, Any] = json.loads(s.recv())
-        return reply
-    finally:
-        s.close()
+    with ControlClient(endpoint, timeout) as c:
+        return c.send_message(msg)
 
 
 def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | None:
-    ep = find_control(args.control)
-    if ep is None:
-        print("edged: no control socket found; is the daemon running? (pass --control "
-              "ipc://PATH, printed by the daemon at start)", file=sys.stderr)
-        return None
+    from edged.client import ControlClient, EdgedClientError
+
     try:
-        return control_call(ep, msg, args.timeout)
-    except TimeoutError as e:
-        print(f"edged: {e}", file=sys.stderr)
+        with ControlClient(args.control, args.timeout) as c:
+            op = msg.pop("op")
+            return c.call(op, raise_on_error=False, **msg)
+    except EdgedClientError as e:  # no socket, no reply, or a field refused before sending
+        print(f"edged: {e.message}", file=sys.stderr)
         return None
 
 

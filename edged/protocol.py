@@ -324,12 +324,155 @@ def ok_reply_frames(
     return [encode_header(header), *bufs]
 
 
-def decode_reply(frames: list[bytes]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Client side: header dict + outputs by name (copies, safe to keep)."""
-    header = json.loads(bytes(frames[0]))
+def decode_reply(frames: list[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Client side: header dict + outputs by name (read-only views of the frames).
+
+    Checked like a request, because a client may be pointed at the wrong socket: a
+    malformed reply raises ``ValueError`` naming the frame or field, never a bare
+    ``KeyError`` or a silently short array."""
+    if not frames:
+        raise ValueError("empty reply: expected a JSON header frame")
+    try:
+        header = json.loads(bytes(_buffer(frames[0])))
+    except ValueError as e:
+        raise ValueError(f"reply frame 0 is not a JSON header: {e}") from None
+    if not isinstance(header, dict) or "status" not in header:
+        raise ValueError("reply frame 0 is not an edged reply header (no 'status')")
     outs: dict[str, np.ndarray] = {}
-    if header.get("status") == "OK":
-        for meta, buf in zip(header.get("outputs", []), frames[1:], strict=False):
-            dt = DTYPES[meta["dtype"]]
-            outs[meta["name"]] = np.frombuffer(buf, dtype=dt).reshape(meta["shape"])
+    if header.get("status") != "OK":
+        return header, outs
+    metas = header.get("outputs") or []
+    if not isinstance(metas, list) or len(frames) < 1 + len(metas):
+        raise ValueError(f"reply lists {len(metas) if isinstance(metas, list) else '?'} "
+                         f"output(s) but carries {len(frames) - 1} frame(s)")
+    for i, (meta, frame) in enumerate(zip(metas, frames[1:], strict=False)):
+        outs[str(meta.get("name", i))] = _reply_tensor(f"outputs[{i}]", meta, frame)
     return header, outs
+
+
+def _reply_tensor(where: str, meta: Any, frame: Any) -> np.ndarray:
+    if not isinstance(meta, dict):
+        raise ValueError(f"reply {where} must be an object with name, dtype, shape")
+    dtype = DTYPES.get(meta.get("dtype"))
+    shape = meta.get("shape")
+    if dtype is None:
+        raise ValueError(f"reply {where}.dtype {meta.get('dtype')!r} is not a protocol dtype")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ValueError(f"reply {where}.shape must be a list of non-negative ints: {shape!r}")
+    buf = _buffer(frame)
+    want = math.prod(shape) * dtype.itemsize
+    if buf.nbytes != want:
+        raise ValueError(f"reply {where}: frame has {buf.nbytes} bytes but shape {shape} of "
+                         f"{dtype.name} needs {want}")
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+# -- detections (DESIGN "Detection models") ----------------------------------------------
+
+DETECTION_COLUMNS = ("x1", "y1", "x2", "y2", "score", "class")
+
+
+@dataclass(frozen=True)
+class Detections:
+    """A detection model's answer: rows ``[x1, y1, x2, y2, score, class]``, best first, box
+    corners in pixels of the frame the client sent (so a camera app draws them as is)."""
+
+    rows: np.ndarray  # float32 [K, 6]
+    columns: tuple[str, ...] = DETECTION_COLUMNS
+    labels: dict[int, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    @property
+    def boxes(self) -> np.ndarray:
+        return self.rows[:, :4]
+
+    @property
+    def scores(self) -> np.ndarray:
+        return self.rows[:, 4]
+
+    @property
+    def classes(self) -> np.ndarray:
+        return self.rows[:, 5].astype(np.int64)
+
+    def label(self, k: int) -> str:
+        """The label of row ``k`` (its class number when the model names no labels)."""
+        c = int(self.rows[k, 5])
+        return self.labels.get(c, str(c))
+
+
+def decode_detections(header: dict[str, Any], frames: list[Any]) -> Detections | None:
+    """The ``detections`` of an OK reply, or None when the reply has none.
+
+    Its float32 ``[K, 6]`` frame follows the output frames (there are none unless the
+    request asked for ``raw`` outputs too)."""
+    meta = header.get("detections")
+    if meta is None or header.get("status") != "OK":
+        return None
+    if not isinstance(meta, dict):
+        raise ValueError("reply detections must be an object with count, columns, labels")
+    count = meta.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"reply detections.count must be a non-negative int: {count!r}")
+    columns = meta.get("columns", list(DETECTION_COLUMNS))
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise ValueError("reply detections.columns must be a list of column names")
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise ValueError("reply detections.labels must map class numbers to names")
+    index = 1 + len(header.get("outputs") or [])
+    if len(frames) <= index:
+        raise ValueError(f"reply has detections but no frame {index} to hold them")
+    rows = _reply_tensor("detections", {"dtype": "float32", "shape": [count, len(columns)]},
+                         frames[index])
+    try:
+        names = {int(k): str(v) for k, v in labels.items()}
+    except ValueError:
+        raise ValueError("reply detections.labels keys must be class numbers") from None
+    return Detections(rows, tuple(columns), names)
+
+
+# -- control protocol -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ControlOp:
+    """One operator action on the control endpoint: its name and the string fields it needs.
+
+    A control message is one JSON frame ``{"op": name, "id": optional, **fields}``; the
+    reply is one JSON frame ``{"status", "id", ...}`` (plus ``error`` unless OK)."""
+
+    name: str
+    fields: tuple[str, ...]
+    summary: str
+
+
+CONTROL_OPS: dict[str, ControlOp] = {op.name: op for op in (
+    ControlOp("status", (), "daemon, models and governor at a glance"),
+    ControlOp("models", (), "every model's description, as the inference 'models' op"),
+    ControlOp("reload", (), "re-read the config file and apply what changed"),
+    ControlOp("load", ("model",), "load a model that is in the config"),
+    ControlOp("unload", ("model",), "drain and unload a model"),
+    ControlOp("level", ("level",), "pin a governor level by name, or 'auto'"),
+    ControlOp("swap", ("model", "variant"), "switch a model to one of its variants"),
+)}
+
+
+def control_message(op: str, request_id: str | int | None = None,
+                    **args: Any) -> dict[str, Any]:
+    """A control message, checked against ``CONTROL_OPS`` for the ops this side knows.
+
+    An op this side does not know is sent as given: the daemon answers ``NOT_FOUND`` with
+    the ops it knows, and a newer daemon's op stays reachable from an older client."""
+    if not isinstance(op, str) or not op:
+        raise InvalidArgument("control op must be a non-empty string")
+    spec = CONTROL_OPS.get(op)
+    if spec is not None:
+        for name in spec.fields:
+            v = args.get(name)
+            if not isinstance(v, str) or not v:
+                raise InvalidArgument(f"control op {op!r} needs {name!r}: a non-empty string")
+    msg: dict[str, Any] = {"op": op, **args}
+    if request_id is not None:
+        msg["id"] = request_id
+    return msg

@@ -8,18 +8,52 @@ from pathlib import Path
 
 from edged.errors import ConfigError
 
+#: A private runtime directory made when the environment names none: ``/tmp/edged-XXXX``.
+TEMP_PREFIX = "edged-"
+#: Where systemd's ``RuntimeDirectory=edged`` puts it (systemd/edged.service).
+SYSTEM_RUNTIME_DIR = Path("/run/edged")
+#: The control socket's file name for the default ``[server] control = "ipc://control.sock"``.
+CONTROL_SOCKET_NAME = "control.sock"
+
+
+def environment_runtime_dir() -> Path | None:
+    """$RUNTIME_DIRECTORY (set by systemd; its first entry), else $XDG_RUNTIME_DIR/edged."""
+    if os.environ.get("RUNTIME_DIRECTORY"):
+        return Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0])
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(os.environ["XDG_RUNTIME_DIR"]) / "edged"
+    return None
+
+
+def runtime_dir_candidates() -> list[Path]:
+    """Where a running daemon's runtime directory may be, for a client that was not told:
+    the one this environment would choose (as ``resolve_runtime_dir``), systemd's, the
+    user's, then private temp dirs newest first. Only lists; creates nothing."""
+    found: list[Path] = []
+    env = environment_runtime_dir()
+    for d in (env, SYSTEM_RUNTIME_DIR):
+        if d is not None and d not in found:
+            found.append(d)
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        user = Path(os.environ["XDG_RUNTIME_DIR"]) / "edged"
+        if user not in found:
+            found.append(user)
+    temps = Path(tempfile.gettempdir()).glob(TEMP_PREFIX + "*")
+    found.extend(sorted((d for d in temps if d.is_dir()), key=_mtime, reverse=True))
+    return found
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:  # removed while listing
+        return 0.0
+
 
 def resolve_runtime_dir(configured: Path | None) -> Path:
     """Config/flag, else $RUNTIME_DIRECTORY (systemd), else $XDG_RUNTIME_DIR/edged, else a
     private temp dir. Created 0750 so only the owner and the group may connect."""
-    if configured is not None:
-        d = configured
-    elif os.environ.get("RUNTIME_DIRECTORY"):
-        d = Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0])
-    elif os.environ.get("XDG_RUNTIME_DIR"):
-        d = Path(os.environ["XDG_RUNTIME_DIR"]) / "edged"
-    else:
-        d = Path(tempfile.mkdtemp(prefix="edged-"))
+    d = configured or environment_runtime_dir() or Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
     try:
         if not d.exists():
             d.mkdir(mode=0o750, parents=True)
