@@ -233,15 +233,6 @@ def cmd_simple(args: argparse.Namespace) -> int:
 
 # -- control commands -----------------------------------------------------------------------
 
-def control_call(endpoint: str, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """One control message, reply as a dict whatever its status (tests' and scripts'
-    harnesses use this; new code uses ``edged.client.ControlClient``)."""
-    from edged.client import ControlClient
-
-    with ControlClient(endpoint, timeout) as c:
-        return c.send_message(msg)
-
-
 def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | None:
     from edged.client import ControlClient, EdgedClientError
 

@@ -159,9 +159,10 @@ class Daemon:
         return Client(endpoint or self.tcp, timeout_s=timeout_s)
 
     def ctl(self, msg: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
-        from edged.cli import control_call
+        from edged.client import ControlClient
 
-        return control_call(self.control, msg, timeout)
+        with ControlClient(self.control, timeout) as c:
+            return c.send_message(msg)
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)

@@ -383,7 +383,3 @@ def test_no_control_socket_names_where_it_looked(tmp_path: Path,
         ControlClient()
 
 
-def test_cli_control_call_keeps_working_for_harnesses(d: Daemon) -> None:
-    r = cli.control_call(d.control, {"op": "models"}, 30)
-    assert r["status"] == "OK" and any(m["name"] == "digits" for m in r["models"])
-    assert d.ctl({"op": "nope"})["status"] == "NOT_FOUND"

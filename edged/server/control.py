@@ -16,7 +16,7 @@ import zmq
 import zmq.asyncio
 
 from edged.errors import EdgedError, InvalidArgument, NotFound, Unavailable
-from edged.protocol import encode_header
+from edged.protocol import CONTROL_OPS, encode_header
 from edged.server.endpoints import split_envelope
 from edged.server.governing import Governing
 from edged.server.health import Health
@@ -41,6 +41,7 @@ class Control:
             "load": self._load_op, "unload": self._unload, "level": self._level,
             "swap": self._swap,
         }
+        assert set(self.ops) == set(CONTROL_OPS), "server and client disagree on control ops"
 
     async def loop(self, sock: zmq.asyncio.Socket) -> None:
         while True:
