@@ -247,6 +247,8 @@ def _check_ssd(specs: Sequence[OutputSpec], expected: str,
             raise _problem("ssd", expected, specs, f"postprocess.outputs names {missing}, "
                            "which the model does not have")
         chosen = [by_name[n] for n in names]
+    elif len(specs) < 4:
+        raise _problem("ssd", expected, specs, f"the model has {len(specs)} outputs, not 4")
     else:
         chosen = []
         for key in _SSD_KEYS:
