@@ -43,6 +43,7 @@ class DecodeParams:
     box_format: str = "pixels"  # or "normalized"
     box_order: str = "xyxy"  # end2end / ssd only
     label_offset: int = 0
+    max_candidates: int = 3000  # yolov8: gather at most this many columns (best first)
     grid: np.ndarray | None = None  # yolox: [N, 2] cell x, y
     strides: np.ndarray | None = None  # yolox: [N] stride of each cell
 
@@ -80,6 +81,8 @@ def decode_yolov8(outs: Sequence[np.ndarray], conf: float, p: DecodeParams) -> C
     keep = np.flatnonzero(best > conf)
     if keep.size == 0:
         return Candidates.empty()
+    if keep.size > p.max_candidates:  # cap before the column gather, the costly part
+        keep = keep[np.argpartition(best[keep], -p.max_candidates)[-p.max_candidates:]]
     sub = x[:, keep]
     classes = sub[4:].argmax(axis=0).astype(np.int64)
     boxes = _to_pixels(_cxcywh_to_xyxy(sub[:4].T), p)

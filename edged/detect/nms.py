@@ -61,7 +61,9 @@ def _greedy_nms(c: Candidates, conf: float, iou: float, max_det: int,
     """
     n = c.scores.shape[0]
     order = np.argsort(-c.scores, kind="stable")
-    m = min(n, max(4 * max_det, 256))
+    m = max(4 * max_det, 256)
+    if n < 2 * m:  # a second, larger call would cost more than what the prefix saves
+        m = n
     while True:
         top = order[:m]
         xywh = c.boxes[top].astype(np.float64)  # OpenCV's Rect2d: x, y, w, h

@@ -68,7 +68,8 @@ class Postprocessor:
             grid, strides = yolox_grid(*self.input_size)
         self.params = DecodeParams(
             input_w=self.input_size[0], input_h=self.input_size[1], box_format=cfg.box_format,
-            box_order=cfg.box_order, label_offset=cfg.label_offset, grid=grid, strides=strides)
+            box_order=cfg.box_order, label_offset=cfg.label_offset,
+            max_candidates=cfg.max_candidates, grid=grid, strides=strides)
         self._decode = DECODE[cfg.decoder]
         self.defaults = Options(cfg.conf, cfg.iou, cfg.max_det,
                                 frozenset(cfg.classes) if cfg.classes is not None else None)
