@@ -188,3 +188,14 @@ def test_bad_request_options_are_invalid_argument(header: dict[str, Any], field:
         postprocessor().parse_options(header)
     assert e.value.status == INVALID_ARGUMENT
     assert f"option {field}" in str(e.value)
+
+
+def test_yolo_picks_the_layout_from_the_output_shape() -> None:
+    t = Table({"kind": "detect", "decoder": "yolo"}, WHERE, "x.toml")
+    cfg = PostprocessConfig.from_table(t)
+    assert cfg is not None and not t.problems
+    v8 = Postprocessor(cfg, [Spec("output0", "float32", (1, 84, 8400))], (640, 640))
+    v5 = Postprocessor(cfg, [Spec("output", "float32", (1, 25200, 85))], (640, 640))
+    assert (v8.decoder, v5.decoder) == ("yolov8", "yolov5")
+    with pytest.raises(OutputMismatch, match=r"cannot tell YOLOv8 .* set decoder = 'yolov8'"):
+        Postprocessor(cfg, [Spec("output0", "float32", (-1, 84, -1))], (640, 640))

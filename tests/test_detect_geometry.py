@@ -75,3 +75,14 @@ def test_draw_writes_boxes_and_labels(tmp_path: Path) -> None:
     assert cv2.imwrite(str(path), out)
     assert cv2.imread(str(path)).shape == (200, 300, 3)
     assert draw_detections(img[:, :, 0], dets[:0]).shape == (200, 300, 3)
+
+
+def test_detections_table() -> None:
+    from edged.detect.table import detections_table
+
+    dets = np.array([[10, 20, 110.5, 220, 0.91234, 0], [1, 2, 3, 4, 0.3, 5]], np.float32)
+    text = detections_table(dets, ["person"]).splitlines()
+    assert text[0].split() == ["label", "score", "x1", "y1", "x2", "y2"]
+    assert text[1].split() == ["person", "0.912", "10.0", "20.0", "110.5", "220.0"]
+    assert text[2].split()[0] == "5"  # no label for class 5: its id
+    assert detections_table(dets[:0]) == "no detections"

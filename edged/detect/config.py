@@ -14,6 +14,8 @@ from edged.detect.labels import read_labels_file
 from edged.schema import Table, positive
 
 DECODERS = ("yolov8", "yolov5", "end2end", "ssd", "yolox")
+# "yolo" (DESIGN.md's name) picks yolov8 or yolov5 from the output's shape at load.
+AUTO_DECODERS = ("yolo",)
 # Names users will type for the same layouts (DESIGN.md says "yolo-end2end").
 ALIASES = {"yolo11": "yolov8", "yolov11": "yolov8", "yolov7": "yolov5",
            "yolo-end2end": "end2end"}
@@ -23,7 +25,7 @@ BOX_ORDERS = ("xyxy", "yxyx")
 MAX_DET_CAP = 1000  # per-request max_det may not exceed this (reply size stays bounded)
 
 # Box conventions each layout has unless the config overrides them.
-DEFAULT_BOX_FORMAT = {"yolov8": "pixels", "yolov5": "pixels", "yolox": "pixels",
+DEFAULT_BOX_FORMAT = {"yolo": "pixels", "yolov8": "pixels", "yolov5": "pixels", "yolox": "pixels",
                       "end2end": "pixels", "ssd": "normalized"}
 DEFAULT_BOX_ORDER = {"end2end": "xyxy", "ssd": "yxyx"}
 NMS_IN_GRAPH = ("end2end", "ssd")
@@ -61,7 +63,7 @@ class PostprocessConfig:
     def from_table(cls, t: Table) -> PostprocessConfig | None:
         """Read ``t`` (problems go to ``t.problems``); None if the table is unusable."""
         kind = t.get("kind", str, choices=("detect",))
-        decoder = t.get("decoder", str, choices=DECODERS + tuple(ALIASES))
+        decoder = t.get("decoder", str, choices=DECODERS + AUTO_DECODERS + tuple(ALIASES))
         decoder = ALIASES.get(decoder, decoder)
         labels = _labels(t)
         classes = t.get_list("classes", int, None)

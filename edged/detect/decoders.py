@@ -195,6 +195,20 @@ _EXPECTED = {
 _SSD_KEYS = ("num", "box", "score", "class")
 
 
+def resolve_decoder(decoder: str, specs: Sequence[OutputSpec]) -> str:
+    """``yolo`` -> ``yolov8`` for ``[B, 4+C, N]`` or ``yolov5`` for ``[B, N, 5+C]``."""
+    if decoder != "yolo":
+        return decoder
+    s = specs[0] if specs else None
+    a, b = (_dim(s, 1), _dim(s, 2)) if s is not None and len(s.shape) == 3 else (None, None)
+    if a is None or b is None or a == b:
+        have = "; ".join(_fmt(x) for x in specs) or "none"
+        raise OutputMismatch(f"decoder 'yolo' cannot tell YOLOv8 [B, 4+C, N] from YOLOv5 "
+                             f"[B, N, 5+C] by the output shape; set decoder = 'yolov8' or "
+                             f"'yolov5'. The model has: {have}")
+    return "yolov8" if a < b else "yolov5"
+
+
 def check_outputs(decoder: str, specs: Sequence[OutputSpec], *, input_size: tuple[int, int],
                   num_labels: int | None = None,
                   names: Sequence[str] | None = None) -> tuple[str, ...]:

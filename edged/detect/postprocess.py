@@ -22,6 +22,7 @@ from edged.detect.decoders import (
     OutputMismatch,
     OutputSpec,
     check_outputs,
+    resolve_decoder,
     yolox_grid,
 )
 from edged.detect.geometry import Transform, fit
@@ -60,17 +61,18 @@ class Postprocessor:
             except ValueError as e:
                 raise OutputMismatch(f"{e}; set postprocess.labels or labels_file") from None
         self.labels: tuple[str, ...] = labels or ()
+        self.decoder = resolve_decoder(cfg.decoder, output_specs)
         self.output_names = check_outputs(
-            cfg.decoder, output_specs, input_size=self.input_size,
+            self.decoder, output_specs, input_size=self.input_size,
             num_labels=len(labels) if labels else None, names=cfg.outputs)
         grid = strides = None
-        if cfg.decoder == "yolox":
+        if self.decoder == "yolox":
             grid, strides = yolox_grid(*self.input_size)
         self.params = DecodeParams(
             input_w=self.input_size[0], input_h=self.input_size[1], box_format=cfg.box_format,
             box_order=cfg.box_order, label_offset=cfg.label_offset,
             max_candidates=cfg.max_candidates, grid=grid, strides=strides)
-        self._decode = DECODE[cfg.decoder]
+        self._decode = DECODE[self.decoder]
         self.defaults = Options(cfg.conf, cfg.iou, cfg.max_det,
                                 frozenset(cfg.classes) if cfg.classes is not None else None)
 
