@@ -279,3 +279,16 @@ def test_batch_padding_rows_are_ignored() -> None:
     assert len(pp.run({"o": x}, [transform(W, H)])) == 1
     with pytest.raises(ValueError, match="batch"):
         pp.run({"o": x[:1]}, [transform(W, H)] * 2)
+
+
+@pytest.mark.parametrize("decoder", ["end2end", "yolov5", "yolov8"])
+def test_outputs_are_not_modified(decoder: str) -> None:
+    shape = {"end2end": (1, 1, 6), "yolov5": (1, 1, 5 + C), "yolov8": (1, 4 + C, 1)}[decoder]
+    spec = tuple(-1 if d == 1 else d for d in shape)  # N dynamic: the shape check cannot tell
+    pp = Postprocessor(config(decoder=decoder, box_format="normalized"),
+                       [Spec("o", "float32", spec)], (W, H))
+    x = np.full(shape, 0.6, np.float32)
+    before = x.copy()
+    d = pp.run({"o": x}, [Transform.identity(W, H)])[0]
+    assert len(d) == 1
+    np.testing.assert_array_equal(x, before)

@@ -69,8 +69,9 @@ def _cxcywh_to_xyxy(b: np.ndarray) -> np.ndarray:
 
 
 def _to_pixels(boxes: np.ndarray, p: DecodeParams) -> np.ndarray:
+    """Never in place: ``boxes`` may be a view of the model's output."""
     if p.box_format == "normalized":
-        boxes *= np.array([p.input_w, p.input_h, p.input_w, p.input_h], np.float32)
+        return boxes * np.array([p.input_w, p.input_h, p.input_w, p.input_h], np.float32)
     return boxes
 
 
@@ -151,7 +152,8 @@ def decode_end2end(outs: Sequence[np.ndarray], conf: float, p: DecodeParams) -> 
 def decode_ssd(outs: Sequence[np.ndarray], conf: float, p: DecodeParams) -> Candidates:
     """num ``[]``/``[1]``, boxes ``[N, 4]``, scores ``[N]``, classes ``[N]`` (TF OD API)."""
     num, boxes, scores, classes = outs
-    n = int(np.clip(np.asarray(num).reshape(-1)[0], 0, boxes.shape[0]))
+    n = int(np.clip(np.nan_to_num(np.asarray(num, np.float64).reshape(-1)[0]), 0,
+                    boxes.shape[0]))
     scores = scores.reshape(-1)[:n]
     keep = np.flatnonzero(scores > conf)
     return _with_classes(_corner_boxes(boxes[keep], p), scores[keep],
