@@ -206,6 +206,9 @@ def test_ssd_tf_object_detection_api_batch() -> None:
     pp = Postprocessor(cfg, SSD_SPECS, (W, H))
     assert pp.output_names == tuple(s.name for s in SSD_SPECS)
     assert pp.labels_json() == {"0": "person", "1": "car", "2": "dog"}
+    assert pp.detections_header(np.zeros((2, 6), np.float32)) == {
+        "count": 2, "columns": ["x1", "y1", "x2", "y2", "score", "class"],
+        "labels": {"0": "person", "1": "car", "2": "dog"}}
     frames = [LANDSCAPE, PORTRAIT]
     tfs = [transform(fw, fh, "stretch") for fw, fh, *_ in frames]
     parts = [ssd_outputs(b, s, c, tf) for (_, _, b, s, c), tf in zip(frames, tfs, strict=True)]

@@ -80,6 +80,11 @@ class Postprocessor:
         """``{"0": "person", ...}`` for the reply header (empty when the model has none)."""
         return {str(i): name for i, name in enumerate(self.labels)}
 
+    def detections_header(self, detections: np.ndarray) -> dict[str, Any]:
+        """The reply header's ``detections`` entry (DESIGN.md) for one image's ``[K, 6]``."""
+        return {"count": int(detections.shape[0]), "columns": list(COLUMNS),
+                "labels": self.labels_json()}
+
     def fit(self, frame: np.ndarray) -> tuple[np.ndarray, Transform]:
         """Resize a uint8 frame to the model input as the config says (letterbox/stretch)."""
         w, h = self.input_size
