@@ -199,3 +199,23 @@ def test_yolo_picks_the_layout_from_the_output_shape() -> None:
     assert (v8.decoder, v5.decoder) == ("yolov8", "yolov5")
     with pytest.raises(OutputMismatch, match=r"cannot tell YOLOv8 .* set decoder = 'yolov8'"):
         Postprocessor(cfg, [Spec("output0", "float32", (-1, 84, -1))], (640, 640))
+
+
+def test_models_postprocess_in_the_daemon_config(tmp_path: Path) -> None:
+    from edged.config import parse_config
+    from edged.errors import ConfigError
+
+    model = {"name": "det", "variants": [{"name": "fp32", "backend": "onnxruntime",
+                                          "path": "det.onnx"}],
+             "preprocess": {"width": 640, "height": 640},
+             "postprocess": {"kind": "detect", "decoder": "yolov8", "conf": 0.4}}
+    cfg = parse_config({"models": [model]}, tmp_path / "edged.toml")
+    post = cfg.models[0].postprocess
+    assert post is not None and post.decoder == "yolov8" and post.conf == 0.4
+    bad = {**model, "postprocess": {"kind": "detect", "decoder": "yolov8", "iou": 3}}
+    del bad["preprocess"]
+    with pytest.raises(ConfigError) as e:
+        parse_config({"models": [bad]}, tmp_path / "edged.toml")
+    assert any("models[0].postprocess.iou: must be between 0 and 1" in p for p in e.value.problems)
+    assert any("models[0].postprocess: a detector needs [models.preprocess]" in p
+               for p in e.value.problems)

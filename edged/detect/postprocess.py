@@ -61,6 +61,7 @@ class Postprocessor:
             except ValueError as e:
                 raise OutputMismatch(f"{e}; set postprocess.labels or labels_file") from None
         self.labels: tuple[str, ...] = labels or ()
+        self._labels_json = {str(i): name for i, name in enumerate(self.labels)}
         self.decoder = resolve_decoder(cfg.decoder, output_specs)
         self.output_names = check_outputs(
             self.decoder, output_specs, input_size=self.input_size,
@@ -77,8 +78,10 @@ class Postprocessor:
                                 frozenset(cfg.classes) if cfg.classes is not None else None)
 
     def labels_json(self) -> dict[str, str]:
-        """``{"0": "person", ...}`` for the reply header (empty when the model has none)."""
-        return {str(i): name for i, name in enumerate(self.labels)}
+        """``{"0": "person", ...}`` for the reply header (empty when the model has none).
+
+        Built once; callers must not modify it."""
+        return self._labels_json
 
     def detections_header(self, detections: np.ndarray) -> dict[str, Any]:
         """The reply header's ``detections`` entry (DESIGN.md) for one image's ``[K, 6]``."""
