@@ -42,7 +42,8 @@ def select(c: Candidates, *, conf: float, iou: float, max_det: int, agnostic: bo
         idx = idx[top]
     if idx.size == 0:
         return Candidates.empty()
-    c = c.take(idx)
+    if idx.size < c.scores.shape[0]:
+        c = c.take(idx)
     if not nms:
         order = np.argsort(-c.scores, kind="stable")[:max_det]
         return c.take(order)
@@ -60,10 +61,11 @@ def _greedy_nms(c: Candidates, conf: float, iou: float, max_det: int,
     OpenCV's cost O(candidates x kept)) to about ``max_det`` x prefix comparisons.
     """
     n = c.scores.shape[0]
-    order = np.argsort(-c.scores, kind="stable")
     m = max(4 * max_det, 256)
     if n < 2 * m:  # a second, larger call would cost more than what the prefix saves
         m = n
+    # OpenCV sorts by score itself; only a prefix needs our own order.
+    order = np.arange(n) if m == n else np.argsort(-c.scores, kind="stable")
     while True:
         top = order[:m]
         xywh = c.boxes[top].astype(np.float64)  # OpenCV's Rect2d: x, y, w, h
