@@ -86,3 +86,36 @@ def test_detections_table() -> None:
     assert text[1].split() == ["person", "0.912", "10.0", "20.0", "110.5", "220.0"]
     assert text[2].split()[0] == "5"  # no label for class 5: its id
     assert detections_table(dets[:0]) == "no detections"
+
+
+def test_jpeg_to_model_tensor_through_letterbox_and_preprocessor() -> None:
+    """The serving path: decode_image -> Postprocessor.fit -> Preprocessor.from_frame."""
+    from edged.detect.config import PostprocessConfig
+    from edged.detect.postprocess import Postprocessor
+    from edged.preprocess import PreprocessConfig, Preprocessor, decode_image
+    from edged.schema import Table
+
+    img = np.zeros((720, 1280, 3), np.uint8)
+    img[200:400, 600:900] = 255  # a white box, x 600..900, y 200..400
+    ok, jpeg = cv2.imencode(".jpg", img)
+    assert ok
+    pre = Preprocessor(PreprocessConfig.from_table(Table({"width": 320, "height": 320}, "p",
+                                                         "x.toml")))
+
+    class Spec:
+        name, dtype, shape = "o", np.dtype("float32"), (1, 5, 2100)
+
+    cfg = PostprocessConfig.from_table(Table({"kind": "detect", "decoder": "yolov8"}, "q",
+                                             "x.toml"))
+    assert cfg is not None
+    pp = Postprocessor(cfg, [Spec()], (320, 320))
+    fitted, tf = pp.fit(decode_image(jpeg.tobytes(), 10_000_000))
+    x = pre.from_frame(fitted, source_color="bgr")
+    assert x.shape == (1, 3, 320, 320)
+    # 1280x720 -> 320x180, 70 px bands: the box sits at x 150..225, y 120..170.
+    white = np.argwhere(x[0, 0] > 0.5)
+    assert white.min(0).tolist() == pytest.approx([120, 150], abs=1)
+    assert white.max(0).tolist() == pytest.approx([169, 224], abs=1)
+    assert x[0, :, 0, 0] == pytest.approx([114 / 255] * 3, abs=0.01)  # letterbox band
+    np.testing.assert_allclose(tf.to_frame(np.array([[150, 120, 225, 170]], np.float32)),
+                               [[600, 200, 900, 400]])
