@@ -138,8 +138,11 @@ def _corner_boxes(b: np.ndarray, p: DecodeParams) -> np.ndarray:
 def _with_classes(boxes: np.ndarray, scores: np.ndarray, raw_classes: np.ndarray,
                   p: DecodeParams) -> Candidates:
     classes = np.rint(raw_classes).astype(np.int64) - p.label_offset
+    scores = scores.astype(np.float32, copy=False)
     ok = classes >= 0  # a background class below the offset is not a detection
-    return Candidates(boxes[ok], scores[ok].astype(np.float32), classes[ok])
+    if ok.all():
+        return Candidates(boxes, scores, classes)
+    return Candidates(boxes[ok], scores[ok], classes[ok])
 
 
 def decode_end2end(outs: Sequence[np.ndarray], conf: float, p: DecodeParams) -> Candidates:

@@ -34,13 +34,12 @@ class Transform:
 
     def to_frame(self, boxes: np.ndarray) -> np.ndarray:
         """xyxy boxes [K,4] in model-input pixels -> frame pixels, clipped to the frame."""
-        out = np.empty_like(boxes, dtype=np.float32)
-        out[:, 0::2] = (boxes[:, 0::2] - self.pad_x) / self.scale_x
-        out[:, 1::2] = (boxes[:, 1::2] - self.pad_y) / self.scale_y
-        np.clip(out[:, 0::2], 0.0, self.frame_w, out=out[:, 0::2])
-        np.clip(out[:, 1::2], 0.0, self.frame_h, out=out[:, 1::2])
-        return out
-
+        pad = np.array((self.pad_x, self.pad_y, self.pad_x, self.pad_y), np.float32)
+        scale = np.array((self.scale_x, self.scale_y, self.scale_x, self.scale_y), np.float32)
+        out = np.subtract(boxes, pad, dtype=np.float32)
+        out /= scale
+        limit = np.array((self.frame_w, self.frame_h, self.frame_w, self.frame_h), np.float32)
+        return np.clip(out, 0.0, limit, out=out)
 
 def letterbox(img: np.ndarray, width: int, height: int, pad_value: int = 114,
               interpolation: int = cv2.INTER_LINEAR) -> tuple[np.ndarray, Transform]:
