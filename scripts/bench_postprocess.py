@@ -13,7 +13,8 @@ Why: on Jetson-class devices post-processing costs as much as inference (Ultraly
 
 The two headline cases are interleaved (one run of each per round) so load changes
 hit both alike; the flat stress case runs afterwards on its own.
-Usage: ``nice python scripts/bench_postprocess.py [--runs 3000] [--objects 30]``.
+Usage: ``nice python scripts/bench_postprocess.py [--runs 3000] [--objects 30]
+[--only CASE]``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3000)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--objects", type=int, default=30)
+    ap.add_argument("--only", choices=("yolov8-640", "ssd-100", "yolov8-640-flat"),
+                    help="time one case alone (no interleaving)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     frame = np.zeros((1080, 1920, 3), np.uint8)
@@ -114,6 +117,9 @@ def main() -> None:
           f"{len(cases['yolov8-640']()[0])} detections; flat: "
           f"{len(cases['yolov8-640-flat']()[0])} detections; ssd: "
           f"{len(cases['ssd-100']()[0])} detections")
+    if args.only:
+        report(measure({args.only: cases[args.only]}, args.warmup, args.runs))
+        return
     # The headline cases alternate; the flat stress case runs on its own afterwards so
     # its 3 MB of scattered reads do not evict the others' data from the cache.
     report(measure({k: cases[k] for k in ("yolov8-640", "ssd-100")}, args.warmup, args.runs))
