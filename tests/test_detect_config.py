@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from edged.detect.config import PostprocessConfig
-from edged.detect.decoders import OutputMismatch, check_outputs
 from edged.detect.labels import labels_from_metadata, read_labels_file
+from edged.detect.outputs import OutputMismatch, check_outputs
 from edged.detect.postprocess import Postprocessor
 from edged.errors import INVALID_ARGUMENT, ArtifactError, InvalidArgument
 from edged.schema import Table

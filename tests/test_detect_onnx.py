@@ -13,8 +13,8 @@ import onnxruntime as ort
 import pytest
 
 from edged.detect.config import PostprocessConfig
-from edged.detect.decoders import OutputMismatch
 from edged.detect.labels import onnx_metadata
+from edged.detect.outputs import OutputMismatch
 from edged.detect.postprocess import Postprocessor
 from edged.schema import Table
 

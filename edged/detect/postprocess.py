@@ -16,18 +16,11 @@ from typing import Any
 import numpy as np
 
 from edged.detect.config import MAX_DET_CAP, PostprocessConfig
-from edged.detect.decoders import (
-    DECODE,
-    DecodeParams,
-    OutputMismatch,
-    OutputSpec,
-    check_outputs,
-    resolve_decoder,
-    yolox_grid,
-)
+from edged.detect.decoders import DECODE, DecodeParams, yolox_grid
 from edged.detect.geometry import Transform, fit
 from edged.detect.labels import labels_from_metadata
 from edged.detect.nms import select
+from edged.detect.outputs import OutputMismatch, OutputSpec, check_outputs, resolve_decoder
 from edged.errors import InvalidArgument
 
 COLUMNS = ("x1", "y1", "x2", "y2", "score", "class")
