@@ -261,6 +261,10 @@ def test_boxes_past_the_frame_edge_are_clipped() -> None:
     pp = Postprocessor(config(decoder="yolov8"), [Spec("o", "float32", (1, 4 + C, 60))], (W, H))
     d = pp.run({"o": x[None]}, [tf])[0]
     np.testing.assert_allclose(d[:, :4], [[0, 100, 200, 300], [1000, 600, 1280, 720]], atol=0.05)
+    # A box wholly inside the letterbox band below the frame is no detection at all.
+    band = np.array([[100, 500, 200, 630.0]])  # model-input y 500..630 > 140 + 360
+    x = yolov8_tensor(60, band, np.array([0.9]), np.array([0]))
+    assert pp.run({"o": x[None]}, [tf])[0].shape == (0, 6)
 
 
 def test_request_options_override_defaults_per_image() -> None:
@@ -291,6 +295,8 @@ def test_outputs_are_not_modified(decoder: str) -> None:
     pp = Postprocessor(config(decoder=decoder, box_format="normalized"),
                        [Spec("o", "float32", spec)], (W, H))
     x = np.full(shape, 0.6, np.float32)
+    if decoder == "end2end":
+        x[..., :2] = 0.3  # x1, y1 below x2, y2
     before = x.copy()
     d = pp.run({"o": x}, [Transform.identity(W, H)])[0]
     assert len(d) == 1

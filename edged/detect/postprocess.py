@@ -116,7 +116,8 @@ class Postprocessor:
         """Detections for the first ``len(transforms)`` images of a batch.
 
         Each is float32 ``[K, 6]`` (x1, y1, x2, y2 in the pixels of that image's frame,
-        score, class id), best first. Rows beyond ``len(transforms)`` (batch padding)
+        score, class id), best first; boxes with no area left inside the frame are
+        dropped. Rows beyond ``len(transforms)`` (batch padding)
         are ignored.
         """
         arrays = [np.asarray(outputs[n]) for n in self.output_names]
@@ -137,7 +138,9 @@ class Postprocessor:
             det[:, :4] = tf.to_frame(c.boxes)
             det[:, 4] = c.scores
             det[:, 5] = c.classes
-            results.append(det)
+            # A box wholly in the letterbox band (or off the frame) clips to nothing.
+            inside = (det[:, 2] > det[:, 0]) & (det[:, 3] > det[:, 1])
+            results.append(det if inside.all() else det[inside])
         return results
 
 
