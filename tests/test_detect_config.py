@@ -57,6 +57,8 @@ def test_defaults() -> None:
     ({"kind": "detect", "decoder": "yolov8", "box_order": "yxyx"}, "box_order",
      "end2end and ssd decoders only"),
     ({"kind": "detect", "decoder": "yolov8", "labels": []}, "labels", "must not be empty"),
+    ({"kind": "detect", "decoder": "yolov5", "label_offset": 1}, "label_offset",
+     "end2end and ssd decoders only"),
     ({"kind": "detect", "decoder": "yolov8", "outputs": ["a", "b", "c", "d"]}, "outputs",
      "only the 'ssd' decoder"),
     ({"kind": "detect", "decoder": "ssd", "outputs": ["a"]}, "outputs", "4 outputs"),

@@ -79,9 +79,11 @@ class PostprocessConfig:
         base = decoder or "yolov8"
         order_default = DEFAULT_BOX_ORDER.get(base, "xyxy")
         box_order = t.get("box_order", str, order_default, choices=BOX_ORDERS)
-        if t.has("box_order") and base not in DEFAULT_BOX_ORDER:
-            t.problem("box_order", f"applies to the end2end and ssd decoders only; decoder "
-                      f"{base!r} always gives cx,cy,w,h")
+        for key, why in (("box_order", "always gives cx,cy,w,h"),
+                         ("label_offset", "has class ids from 0 (the column of the score)")):
+            if t.has(key) and base not in DEFAULT_BOX_ORDER:
+                t.problem(key, f"applies to the end2end and ssd decoders only; decoder "
+                          f"{base!r} {why}")
         cfg_values = dict(
             decoder=decoder,
             resize=t.get("resize", str, "letterbox", choices=RESIZES),
