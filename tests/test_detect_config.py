@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edged.detect.config import PostprocessConfig
 from edged.detect.labels import labels_from_metadata, read_labels_file
@@ -221,3 +223,20 @@ def test_models_postprocess_in_the_daemon_config(tmp_path: Path) -> None:
     assert any("models[0].postprocess.iou: must be between 0 and 1" in p for p in e.value.problems)
     assert any("models[0].postprocess: a detector needs [models.preprocess]" in p
                for p in e.value.problems)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(max_size=12), min_size=1, max_size=8))
+def test_ultralytics_names_round_trip(names: list[str]) -> None:
+    """Whatever Python's str(dict) writes for the names, we read back, without eval."""
+    assert labels_from_metadata({"names": str(dict(enumerate(names)))}) == tuple(names)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=80))
+def test_metadata_parser_never_fails_otherwise(text: str) -> None:
+    try:
+        got = labels_from_metadata({"names": text})
+    except ValueError:
+        return
+    assert got is not None and all(isinstance(n, str) for n in got)

@@ -16,7 +16,9 @@ MAX_LABELS = 100_000
 
 _STR = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
 _ENTRY = re.compile(rf"\s*(\d+)\s*:\s*({_STR})\s*(,|\}})")
-_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t"}
+_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r"}
+# What Python's repr() writes for a str: the escapes above and \xNN, \uNNNN, \UNNNNNNNN.
+_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
 
 
 def read_labels_file(path: Path) -> tuple[str, ...]:
@@ -85,7 +87,13 @@ def _parse_dict_literal(raw: str) -> dict[int, str]:
 
 
 def _unquote(s: str) -> str:
-    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), "\\" + m.group(1)), s[1:-1])
+    def one(m: re.Match[str]) -> str:
+        e = m.group(1)
+        if len(e) > 1:
+            return chr(int(e[1:], 16)) if int(e[1:], 16) <= 0x10FFFF else "\ufffd"
+        return _ESCAPES.get(e, "\\" + e)
+
+    return _ESCAPE.sub(one, s[1:-1])
 
 
 def onnx_metadata(path: str | Path) -> dict[str, str]:
