@@ -9,6 +9,7 @@ shifted diagonally by 3/4 of a cell) finds none.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -123,3 +124,39 @@ def test_bad_detection_inputs(scenes: Path, tmp_path: Path, capsys) -> None:
     rc = cli.main([str(model), "--out", str(tmp_path / "o"), "--steps", "int8",
                    "--postprocess", str(scenes / "post.toml")])
     assert rc == 2 and "--postprocess needs --val" in capsys.readouterr().err
+
+
+def test_folder_of_photos_of_different_sizes(tmp_path: Path) -> None:
+    import cv2
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    square = np.zeros((64, 64, 3), np.uint8)
+    square[16:32, 32:48] = 255  # cell (row 1, col 2) of a 64x64 frame
+    wide = np.zeros((64, 128, 3), np.uint8)  # letterboxed to 32x16 + 8-px bands
+    wide[32:64, 96:128] = 255  # lands on input cell (row 2, col 3)
+    cv2.imwrite(str(photos / "a.png"), square)
+    cv2.imwrite(str(photos / "b.png"), wide)
+    cv2.imwrite(str(photos / "empty.png"), np.zeros((40, 30, 3), np.uint8))
+    (photos / "boxes.csv").write_text("file,x1,y1,x2,y2,class\na.png,32,16,48,32,0\n"
+                                      "b.png,96,32,128,64,0\n")
+    data = load_detection_set(photos)
+    assert [img.shape for img in data.images] == [(64, 64, 3), (64, 128, 3), (40, 30, 3)]
+    assert data.source.endswith("(3 photos, 2 boxes)")
+    c = DetectionCheck(load_postprocess(_post(tmp_path)), data, None, max_drop=2.0)
+    ref = open_variant("onnxruntime", cell_detector(tmp_path / "ref.onnx"), 1, 4)
+    assert c.validate(ref, 4).map50_pct == pytest.approx(100.0)
+
+    for text, error in [("f,x1\n", "first line must be file,x1,y1,x2,y2,class"),
+                        ("file,x1,y1,x2,y2,class\na.png,1,2,3\n", "boxes.csv:2: expected"),
+                        ("file,x1,y1,x2,y2,class\na.png,1,2,3,4,car\n", "class an integer"),
+                        ("file,x1,y1,x2,y2,class\nz.png,1,2,3,4,0\n", "['z.png']")]:
+        (photos / "boxes.csv").write_text(text)
+        with pytest.raises(ValueError, match=re.escape(error)):
+            load_detection_set(photos)
+
+
+def _post(d: Path) -> Path:
+    p = d / "post.toml"
+    p.write_text('kind = "detect"\ndecoder = "yolov8"\n')
+    return p

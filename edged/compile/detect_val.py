@@ -6,10 +6,12 @@ objects. Each variant runs the labelled images through the same letterbox,
 preprocessing, decode and NMS as the daemon (``edged.detect``) at its own input size,
 and is rejected when its mAP@0.5 is more than ``max_drop`` points below the original's.
 
-The labelled set is a ``.npz`` (no pickle) with ``images``: uint8 BGR ``[M, H, W, 3]``
-and ``boxes``: ``[G, 6]`` rows of image index, x1, y1, x2, y2, class id in the pixels of
-those images. The postprocess file is TOML with the keys of ``[models.postprocess]``,
-at the top level or under ``[postprocess]``.
+The labelled set is either a ``.npz`` (no pickle) with ``images``: uint8 BGR
+``[M, H, W, 3]`` and ``boxes``: ``[G, 6]`` rows of image index, x1, y1, x2, y2, class id
+in the pixels of those images; or a folder of JPEG/PNG photos of any sizes with a
+``boxes.csv`` (header ``file,x1,y1,x2,y2,class``; photos without rows are negatives).
+The postprocess file is TOML with the keys of ``[models.postprocess]``, at the top
+level or under ``[postprocess]``.
 """
 
 from __future__ import annotations
@@ -47,15 +49,22 @@ def load_postprocess(path: Path) -> PostprocessConfig:
     return cfg
 
 
+CSV_HEADER = ["file", "x1", "y1", "x2", "y2", "class"]
+
+
 @dataclass(frozen=True)
 class DetectionSet:
-    images: np.ndarray  # uint8 [M, H, W, 3] BGR
+    images: list[np.ndarray]  # uint8 HxWx3 BGR, sizes may differ
     truth: list[np.ndarray]  # per image [G, 5]: x1, y1, x2, y2, class
     source: str
 
 
 def load_detection_set(path: Path) -> DetectionSet:
-    """Read the ``.npz`` described in the module docstring; ValueError names the array."""
+    """Read the ``.npz`` or folder described in the module docstring; ValueError says what
+    is wrong and where."""
+    path = Path(path)
+    if path.is_dir():
+        return _load_folder(path)
     try:
         with np.load(path, allow_pickle=False) as z:
             if "images" not in z or "boxes" not in z:
@@ -75,8 +84,46 @@ def load_detection_set(path: Path) -> DetectionSet:
     if boxes.shape[0] and (index.min() < 0 or index.max() >= images.shape[0]):
         raise ValueError(f"{path}: 'boxes' column 0 must index the {images.shape[0]} images")
     truth = [boxes[index == i, 1:] for i in range(images.shape[0])]
-    return DetectionSet(images, truth, f"{path} ({images.shape[0]} images, "
-                                       f"{boxes.shape[0]} boxes)")
+    return DetectionSet(list(images), truth, f"{path} ({images.shape[0]} images, "
+                                             f"{boxes.shape[0]} boxes)")
+
+
+def _load_folder(folder: Path) -> DetectionSet:
+    table = folder / "boxes.csv"
+    try:
+        lines = table.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ValueError(f"{folder}: a folder detection set needs boxes.csv: {e}") from None
+    if not lines or [c.strip() for c in lines[0].split(",")] != CSV_HEADER:
+        raise ValueError(f"{table}: the first line must be {','.join(CSV_HEADER)}")
+    rows: dict[str, list[list[float]]] = {}
+    for n, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        try:
+            if len(cells) != 6:
+                raise ValueError
+            box = [float(c) for c in cells[1:5]] + [float(int(cells[5]))]
+        except ValueError:
+            raise ValueError(f"{table}:{n}: expected file,x1,y1,x2,y2,class (class an "
+                             f"integer); got {line!r}") from None
+        rows.setdefault(cells[0], []).append(box)
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+    missing = sorted(set(rows) - {p.name for p in files})
+    if missing:
+        raise ValueError(f"{table}: names photos that are not in {folder}: {missing[:5]}")
+    images, truth = [], []
+    for p in files:
+        img = cv2.imread(str(p), cv2.IMREAD_COLOR)
+        if img is None:
+            raise ValueError(f"{p}: not a readable image")
+        images.append(img)
+        truth.append(np.array(rows.get(p.name, []), np.float64).reshape(-1, 5))
+    if not images:
+        raise ValueError(f"{folder}: no .jpg/.jpeg/.png photos")
+    count = sum(len(t) for t in truth)
+    return DetectionSet(images, truth, f"{folder} ({len(images)} photos, {count} boxes)")
 
 
 @dataclass
