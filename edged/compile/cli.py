@@ -51,7 +51,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="model.json with the preprocessing for uint8 images (see docs)")
     p.add_argument("--postprocess", type=Path,
                    help="a detector's [postprocess] TOML: validate by mAP@0.5 on --val, a "
-                        ".npz with images and boxes (see docs/detection.md)")
+                        ".npz with images and boxes or a folder of photos with boxes.csv "
+                        "(see docs/detection.md)")
     p.add_argument("--calib-method", default="minmax", choices=("minmax", "entropy", "percentile"))
     p.add_argument("--calib-limit", type=int, default=512, help="max calibration samples")
     p.add_argument("--max-drop", type=float, default=2.0,
@@ -406,7 +407,8 @@ def _load_detection(ctx: Context, pre: Any) -> None:
 
     a = ctx.args
     if not a.val:
-        raise ValueError("--postprocess needs --val: a .npz with 'images' and 'boxes'")
+        raise ValueError("--postprocess needs --val: a .npz with 'images' and 'boxes', or a "
+                         "folder of photos with boxes.csv")
     try:
         cfg = load_postprocess(a.postprocess)
     except ConfigError as e:
