@@ -14,6 +14,7 @@ from typing import Any
 
 from edged.backends import BACKENDS, backend_module
 from edged.backends.base import BackendOptions
+from edged.detect.config import PostprocessConfig
 from edged.errors import ConfigError
 from edged.governor.config import GovernorConfig
 from edged.preprocess import PreprocessConfig
@@ -76,6 +77,7 @@ class ModelConfig:
     max_delay_ms: float = 0.0
     auto_batch: bool = False
     preprocess: PreprocessConfig | None = None
+    postprocess: PostprocessConfig | None = None  # a detector: answer with boxes
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,11 @@ def _model(t: Table) -> ModelConfig | None:
         seen.add(v.name)
     pre_t = t.table("preprocess")
     pre = PreprocessConfig.from_table(pre_t) if pre_t.data else None
+    post_t = t.table("postprocess")
+    post = PostprocessConfig.from_table(post_t) if post_t.data else None
+    if post_t.data and not pre_t.data:
+        t.problem("postprocess", "a detector needs [models.preprocess] (its width and height "
+                  "are what frames are letterboxed or stretched to)")
     batching = t.table("batching")  # batching keys may sit in [models.batching] or inline
     src = batching if batching.data else t
     cfg = ModelConfig(
@@ -231,6 +238,7 @@ def _model(t: Table) -> ModelConfig | None:
         max_delay_ms=src.get("max_delay_ms", float, 0.0, check=non_negative),
         auto_batch=src.get("auto_batch", bool, False),
         preprocess=pre,
+        postprocess=post,
     )
     if batching.data:
         batching.done()

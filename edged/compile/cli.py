@@ -49,6 +49,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="INT8 calibration data: image folder, .npy or .npz (default: --val)")
     p.add_argument("--preprocess", type=Path,
                    help="model.json with the preprocessing for uint8 images (see docs)")
+    p.add_argument("--postprocess", type=Path,
+                   help="a detector's [postprocess] TOML: validate by mAP@0.5 on --val, a "
+                        ".npz with images and boxes or a folder of photos with boxes.csv "
+                        "(see docs/detection.md)")
     p.add_argument("--calib-method", default="minmax", choices=("minmax", "entropy", "percentile"))
     p.add_argument("--calib-limit", type=int, default=512, help="max calibration samples")
     p.add_argument("--max-drop", type=float, default=2.0,
@@ -93,6 +97,7 @@ class Context:
     val: Any = None  # data.Dataset
     calib: Any = None
     ref_out: Any = None  # original model's outputs on val
+    detect: Any = None  # detect_val.DetectionCheck: validate by mAP instead
     failures: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
 
@@ -285,8 +290,11 @@ def reference(ctx: Context) -> None:
     a = ctx.args
     be = open_variant("onnxruntime", ctx.src, a.threads, a.max_batch)
     try:
-        ctx.ref_out = predict(be, ctx.val.x, a.max_batch)
-        v = compare(ctx.ref_out, ctx.ref_out, ctx.val.y, a.max_drop)
+        if ctx.detect is not None:
+            v = ctx.detect.validate(be, a.max_batch)
+        else:
+            ctx.ref_out = predict(be, ctx.val.x, a.max_batch)
+            v = compare(ctx.ref_out, ctx.ref_out, ctx.val.y, a.max_drop)
         s = bench.measure(be, a.max_batch, a.bench_runs, threads=a.threads)
     finally:
         be.close()
@@ -315,10 +323,14 @@ def check_variant(ctx: Context, path: Path) -> None:
             return
     be = open_variant(backend, path, a.threads, a.max_batch)
     try:
-        out = predict(be, ctx.val.x, a.max_batch)
-        v = compare(ctx.ref_out, out, ctx.val.y if not ctx.val.synthetic else None, a.max_drop)
-        if ctx.val.synthetic:  # random inputs: agreement is no accuracy proxy
-            v.passed, v.drop_pct = bool(v.max_abs_diff != float("inf")), 0.0
+        if ctx.detect is not None:
+            v = ctx.detect.validate(be, a.max_batch)
+        else:
+            out = predict(be, ctx.val.x, a.max_batch)
+            v = compare(ctx.ref_out, out, ctx.val.y if not ctx.val.synthetic else None,
+                        a.max_drop)
+            if ctx.val.synthetic:  # random inputs: agreement is no accuracy proxy
+                v.passed, v.drop_pct = bool(v.max_abs_diff != float("inf")), 0.0
         s = bench.measure(be, a.max_batch, a.bench_runs, threads=a.threads)
     finally:
         be.close()
@@ -368,6 +380,9 @@ def _load_data(ctx: Context) -> None:
     pre = Preprocess.from_json(a.preprocess) if a.preprocess else None
     if pre is None and a.val and (a.val.parent / "model.json").exists():
         pre = Preprocess.from_json(a.val.parent / "model.json")
+    if a.postprocess:
+        _load_detection(ctx, pre)
+        return
     if a.val:
         ctx.val = load_dataset(a.val, ctx.inputs[0], pre)
     else:
@@ -382,6 +397,30 @@ def _load_data(ctx: Context) -> None:
         ctx.calib = load_dataset(a.calib, ctx.inputs[0], pre, limit=a.calib_limit)
     elif a.val:
         ctx.calib = load_dataset(a.val, ctx.inputs[0], pre, limit=a.calib_limit)
+
+
+def _load_detection(ctx: Context, pre: Any) -> None:
+    """A detector: mAP on a labelled set; calibration sees the same letterboxed frames."""
+    from edged.compile.data import Dataset, load_dataset
+    from edged.compile.detect_val import DetectionCheck, load_detection_set, load_postprocess
+    from edged.errors import ConfigError
+
+    a = ctx.args
+    if not a.val:
+        raise ValueError("--postprocess needs --val: a .npz with 'images' and 'boxes', or a "
+                         "folder of photos with boxes.csv")
+    try:
+        cfg = load_postprocess(a.postprocess)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+    ctx.detect = DetectionCheck(cfg, load_detection_set(a.val), pre, a.max_drop)
+    spec = ctx.inputs[0]
+    x, _ = ctx.detect.inputs(spec["name"], spec["dtype"], spec["shape"])
+    ctx.val = Dataset(x, None, ctx.detect.data.source)
+    if a.calib:
+        ctx.calib = load_dataset(a.calib, spec, pre, limit=a.calib_limit)
+    else:
+        ctx.calib = Dataset(x[:a.calib_limit], None, f"{ctx.detect.data.source}, letterboxed")
 
 
 def run(args: argparse.Namespace) -> int:

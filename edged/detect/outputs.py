@@ -1,0 +1,152 @@
+"""Check a model's outputs against its decoder when a variant loads.
+
+Why at load: a model whose outputs do not fit the configured decoder would otherwise
+give garbage boxes (a transposed YOLO export decodes "fine"). The message says what
+the decoder expects, what the model has, and which decoder the shape suggests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from edged.detect.decoders import yolox_grid
+from edged.errors import ArtifactError
+
+
+class OutputMismatch(ArtifactError):
+    """The model's outputs do not have the layout the configured decoder reads."""
+
+
+class OutputSpec(Protocol):
+    """What the check needs to know about a model output (``backends.base.TensorSpec``)."""
+
+    name: str
+    dtype: Any
+    shape: tuple[int, ...]
+
+
+def _fmt(spec: OutputSpec) -> str:
+    dims = ", ".join("?" if d is None or d < 0 else str(d) for d in spec.shape)
+    return f"{spec.name} {np.dtype(spec.dtype).name} [{dims}]"
+
+
+def _dim(spec: OutputSpec, i: int) -> int | None:
+    d = spec.shape[i]
+    return None if d is None or d < 0 else int(d)
+
+
+def _problem(decoder: str, expected: str, specs: Sequence[OutputSpec], why: str) -> OutputMismatch:
+    have = "; ".join(_fmt(s) for s in specs) or "none"
+    return OutputMismatch(f"the model's outputs do not fit decoder {decoder!r}: {why}. "
+                          f"Expected {expected}; the model has: {have}")
+
+
+_EXPECTED = {
+    "yolov8": "one float output [B, 4+C, N] (cx, cy, w, h, C class scores per column)",
+    "yolov5": "one float output [B, N, 5+C] (cx, cy, w, h, objectness, C class scores per row)",
+    "yolox": "one float output [B, N, 5+C] (raw head: x, y, log w, log h, objectness, C scores; "
+             "N = the cells at strides 8, 16, 32)",
+    "end2end": "one float output [B, N, 6] (x1, y1, x2, y2, score, class per row)",
+    "ssd": "4 outputs num [B], boxes [B, N, 4], scores [B, N], classes [B, N]",
+}
+_SSD_KEYS = ("num", "box", "score", "class")
+
+
+def resolve_decoder(decoder: str, specs: Sequence[OutputSpec]) -> str:
+    """``yolo`` -> ``yolov8`` for ``[B, 4+C, N]`` or ``yolov5`` for ``[B, N, 5+C]``."""
+    if decoder != "yolo":
+        return decoder
+    s = specs[0] if specs else None
+    a, b = (_dim(s, 1), _dim(s, 2)) if s is not None and len(s.shape) == 3 else (None, None)
+    if a is None or b is None or a == b:
+        have = "; ".join(_fmt(x) for x in specs) or "none"
+        raise OutputMismatch(f"decoder 'yolo' cannot tell YOLOv8 [B, 4+C, N] from YOLOv5 "
+                             f"[B, N, 5+C] by the output shape; set decoder = 'yolov8' or "
+                             f"'yolov5'. The model has: {have}")
+    return "yolov8" if a < b else "yolov5"
+
+
+def check_outputs(decoder: str, specs: Sequence[OutputSpec], *, input_size: tuple[int, int],
+                  num_labels: int | None = None,
+                  names: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The model outputs the decoder reads, in its order; OutputMismatch if they do not fit.
+
+    Single-output decoders read the first output (extra outputs, like segmentation
+    prototypes, are ignored). ``num_labels`` (when labels are known) must equal C.
+    ``names`` picks the ssd outputs when their names do not say which is which.
+    """
+    expected = _EXPECTED[decoder]
+    if decoder == "ssd":
+        return _check_ssd(specs, expected, names)
+    if not specs:
+        raise _problem(decoder, expected, specs, "the model has no outputs")
+    s = specs[0]
+    if len(s.shape) != 3 or np.dtype(s.dtype).kind != "f":
+        raise _problem(decoder, expected, specs, f"output {s.name!r} is not a rank-3 float tensor")
+    a, b = _dim(s, 1), _dim(s, 2)
+    if decoder == "yolov8":
+        c = None if a is None else a - 4
+        if a is not None and b is not None and a > b:
+            raise _problem(decoder, expected, specs, f"dim 1 ({a}) is larger than dim 2 ({b}): "
+                           "this looks like rows per candidate, [B, N, 5+C] (decoder 'yolov5' "
+                           "or 'yolox')")
+    elif decoder == "end2end":
+        c = None
+        if b is not None and b != 6:
+            raise _problem(decoder, expected, specs, f"the last dim is {b}, not 6")
+    else:
+        c = None if b is None else b - 5
+        if a is not None and b is not None and b > a:
+            raise _problem(decoder, expected, specs, f"dim 2 ({b}) is larger than dim 1 ({a}): "
+                           "this looks like columns per candidate, [B, 4+C, N] (decoder 'yolov8')")
+        if decoder == "yolox" and a is not None:
+            cells = yolox_grid(*input_size)[0].shape[0]
+            if a != cells:
+                raise _problem(decoder, expected, specs, f"a {input_size[0]}x{input_size[1]} "
+                               f"input has {cells} cells but the output has {a} rows")
+    if c is not None and c < 1:
+        raise _problem(decoder, expected, specs, "there is no room for a class score")
+    if c is not None and num_labels is not None and c != num_labels:
+        raise _problem(decoder, expected, specs, f"the output has {c} class scores but "
+                       f"{num_labels} labels are configured")
+    return (s.name,)
+
+
+def _check_ssd(specs: Sequence[OutputSpec], expected: str,
+               names: Sequence[str] | None) -> tuple[str, ...]:
+    by_name = {s.name: s for s in specs}
+    if names is not None:
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            raise _problem("ssd", expected, specs, f"postprocess.outputs names {missing}, "
+                           "which the model does not have")
+        chosen = [by_name[n] for n in names]
+    elif len(specs) < 4:
+        raise _problem("ssd", expected, specs, f"the model has {len(specs)} outputs, not 4")
+    else:
+        chosen = []
+        for key in _SSD_KEYS:
+            hits = [s for s in specs if key in s.name.lower()]
+            if len(hits) != 1:
+                raise _problem("ssd", expected, specs, f"{len(hits)} output names contain "
+                               f"{key!r}, so set postprocess.outputs = [num, boxes, scores, "
+                               "classes] to name them")
+            chosen.append(hits[0])
+    num, boxes, scores, classes = chosen
+    if len(num.shape) not in (1, 2) or (len(num.shape) == 2 and _dim(num, 1) not in (None, 1)):
+        raise _problem("ssd", expected, specs, f"{num.name!r} (num) must be [B] or [B, 1]")
+    if len(boxes.shape) != 3 or _dim(boxes, 2) not in (None, 4):
+        raise _problem("ssd", expected, specs, f"{boxes.name!r} (boxes) must be [B, N, 4]")
+    for role, s in (("scores", scores), ("classes", classes)):
+        if len(s.shape) != 2:
+            raise _problem("ssd", expected, specs, f"{s.name!r} ({role}) must be [B, N]")
+    n = {_dim(s, 1) for s in (boxes, scores, classes)} - {None}
+    if len(n) > 1:
+        raise _problem("ssd", expected, specs, f"boxes, scores and classes disagree on N: "
+                       f"{sorted(n)}")
+    if np.dtype(boxes.dtype).kind != "f" or np.dtype(scores.dtype).kind != "f":
+        raise _problem("ssd", expected, specs, "boxes and scores must be float")
+    return tuple(s.name for s in chosen)
