@@ -496,8 +496,8 @@ onnxruntime {ort.__version__}; edged never imports TensorFlow.
   stretch the package's own `api.py` does with `cv2.resize`). The batch dim
   `N` stays dynamic.
 - **Batch > 1 is correct**: a batch of 2 (both test photos) against two
-  batch-1 runs differs by at most {batch_diff:g} over all four outputs (the
-  graph's per-image `map_fn` loops keep rows apart).
+  batch-1 runs: {"bit-identical" if batch_diff == 0 else f"largest difference {batch_diff:g}"}
+  over all four outputs (the graph's per-image `map_fn` loops keep rows apart).
 - **INT8** (`ssdlite-int8`): ONNX Runtime static quantization of the `Conv`
   nodes only (QDQ, per-channel S8 weights, U8 activations, MinMax calibration)
   on 16 views of scikit-image sample photos (`camera`, `chelsea`, `coffee`,

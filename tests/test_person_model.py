@@ -9,6 +9,7 @@ Photos come from packages (matplotlib, scikit-image), never from the repository.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -65,6 +66,7 @@ def photo(name: str) -> tuple[np.ndarray, bytes | None]:
     return cv2.cvtColor(skdata.astronaut(), cv2.COLOR_RGB2BGR), None
 
 
+@functools.cache
 def session(variant: str) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
@@ -116,7 +118,9 @@ def test_finds_the_person(variant: str, name: str) -> None:
     h, w = bgr.shape[:2]
     y1, x1, y2, x2 = boxes[0, best] * [h, w, h, w]
     got = (x1, y1, x2, y2)
-    assert iou(got, TRUE_BOX[name]) >= 0.5, f"{name}: box {got} vs {TRUE_BOX[name]}"
+    # The issue asks IoU >= 0.5; 0.8 here because on these near-square photos a box
+    # read in the wrong coordinate order (x for y) still scores 0.52-0.71.
+    assert iou(got, TRUE_BOX[name]) >= 0.8, f"{name}: box {got} vs {TRUE_BOX[name]}"
     # One person per photo: nothing else as confident (NMS ran in the graph).
     assert int(person.sum()) == 1, scores[0, :5]
 
