@@ -51,6 +51,13 @@ class Metrics:
         self.compute_duration = Histogram(
             "edged_compute_duration_seconds", "Backend compute time per batch",
             ["model", "variant"], buckets=LATENCY_BUCKETS, registry=r)
+        self.postprocess_duration = Histogram(
+            "edged_postprocess_duration_seconds",
+            "Detector post-processing (decode, NMS, box mapping) per batch", ["model"],
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.detections_per_frame = Histogram(
+            "edged_detections_per_frame", "Detections returned per frame", ["model"],
+            buckets=(0, 1, 2, 3, 5, 10, 20, 50, 100, 300), registry=r)
         self.batch_size = Histogram(
             "edged_batch_size", "Rows per computed batch", ["model"],
             buckets=BATCH_BUCKETS, registry=r)

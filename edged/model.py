@@ -28,7 +28,7 @@ from edged.batcher import Batcher, Pending, PerRequest
 from edged.config import ModelConfig, VariantConfig
 from edged.errors import ArtifactError, EdgedError, InvalidArgument, Unavailable
 from edged.metrics import Metrics
-from edged.preprocess import Preprocessor
+from edged.preprocess import Preprocessor, decode_image
 from edged.protocol import InputMeta, Limits, Request
 from edged.variants import Loaded, check_candidate, open_variant
 
@@ -69,6 +69,11 @@ class Model:
         self._m_request_duration = metrics.request_duration.labels(cfg.name)
         self._m_queue_duration = metrics.queue_duration.labels(cfg.name)
         self._m_batch_size = metrics.batch_size.labels(cfg.name)
+        self._m_post = metrics.postprocess_duration.labels(cfg.name)
+        self._m_dets = metrics.detections_per_frame.labels(cfg.name)
+        #: a detector with several rungs keeps each queued frame, to re-fit it if a swap
+        #: changes the input size (bounded by max_queue)
+        self._keep_frames = cfg.postprocess is not None and len(cfg.variants) > 1
         self._m_variant: dict[str, tuple[Any, Any]] = {}
         self._busy_s = 0.0  # compute seconds since the last take_duty()
         self._duty_since = time.monotonic()
@@ -137,8 +142,32 @@ class Model:
         self.metrics.model_ready.labels(self.name).set(1)
 
     def _open(self, index: int) -> Loaded:
-        return open_variant(self.name, index, self.cfg.variants[index], self.cfg.max_batch_size,
-                            self.cfg.auto_batch)
+        loaded = open_variant(self.name, index, self.cfg.variants[index],
+                              self.cfg.max_batch_size, self.cfg.auto_batch)
+        if self.cfg.postprocess is not None and self.cfg.preprocess is not None:
+            from edged.detect.serving import build_postprocessor
+
+            try:
+                loaded.post = build_postprocessor(
+                    self.cfg.postprocess, self.cfg.preprocess, loaded.backend,
+                    loaded.config.path, self.cfg.preprocess.input)
+            except Exception:
+                loaded.backend.close()
+                raise
+        return loaded
+
+    @property
+    def detector(self) -> bool:
+        return self.cfg.postprocess is not None
+
+    def detections_header(self) -> dict[str, Any]:
+        """``columns`` and ``labels`` for a detections reply (the count is per reply)."""
+        post = self.active.post if self.active is not None else None
+        if post is None:
+            return {}
+        h = post.detections_header(np.zeros((0, 6), np.float32))
+        h.pop("count", None)
+        return dict(h)
 
     def _load_failed(self, v: VariantConfig, e: Exception) -> None:
         self.metrics.model_loads.labels(self.name, v.name, "error").inc()
@@ -232,20 +261,27 @@ class Model:
             self._batcher.resume()
 
     # -- requests -----------------------------------------------------------------------
-    def prepare(self, req: Request) -> tuple[dict[str, np.ndarray], int, tuple[Any, ...]]:
+    def prepare(self, req: Request) -> tuple[dict[str, np.ndarray], int, tuple[Any, ...], Any]:
         """Validate a request against the model and build its input tensors.
 
         Raw tensors that match an input (apart from batch) go through untouched; an
         encoded image or a uint8 HxW(xC) frame goes through the model's preprocessing.
+        Returns (feeds, rows, batch key, meta): ``meta`` is a detector's DetectJob.
         """
         if not self.ready:
             detail = f": {self.error}" if self.error else ""
             raise Unavailable(f"model {self.name!r} is {self.state}{detail}")
+        if req.options and not self.detector:
+            raise InvalidArgument(f"{', '.join(sorted(req.options))}: detection options, but "
+                                  f"model {self.name!r} is not a detection model")
         if req.outputs:
             unknown = [o for o in req.outputs if o not in self._output_names]
             if unknown:
                 raise InvalidArgument(f"unknown output(s) {', '.join(map(repr, unknown))}; "
                                       f"model {self.name!r} has {', '.join(self._output_names)}")
+        active = self.active
+        assert active is not None
+        det = _DetectPrep(active, req.options) if active.post is not None else None
         specs = {s.name: s for s in self.inputs}
         feeds: dict[str, np.ndarray] = {}
         unnamed = [s.name for s in self.inputs]
@@ -263,7 +299,7 @@ class Model:
                                       f"its inputs are {', '.join(specs)}")
             if name in feeds:
                 raise InvalidArgument(f"input {name!r} given twice")
-            feeds[name] = self._tensor(i, meta, spec)
+            feeds[name] = self._tensor(i, meta, spec, det)
         missing = [n for n in specs if n not in feeds]
         if missing:
             raise InvalidArgument(f"missing input(s) {', '.join(missing)} for model {self.name!r}")
@@ -277,25 +313,39 @@ class Model:
             raise InvalidArgument(f"{n} rows exceed max_batch_size {self.cfg.max_batch_size} of "
                                   f"model {self.name!r}; split the request")
         key = tuple((k, a.dtype.str, a.shape[1:]) for k, a in sorted(feeds.items()))
-        return feeds, n, key
+        job = None
+        if det is not None:
+            if n != 1:
+                raise InvalidArgument(f"a detection request carries one image; got {n} rows "
+                                      f"(send one request per frame)")
+            job = det.job(self._keep_frames)
+        return feeds, n, key, job
 
-    def _tensor(self, i: int, meta: InputMeta, spec: TensorSpec) -> np.ndarray:
+    def _tensor(self, i: int, meta: InputMeta, spec: TensorSpec,
+                det: _DetectPrep | None = None) -> np.ndarray:
         if meta.encoding != "raw":
             if self.preprocessor is None or spec.name != self._pre_input:
                 raise InvalidArgument(f"inputs[{i}]: model {self.name!r} has no preprocessing "
                                       f"for input {spec.name!r}; send a raw tensor "
                                       f"{spec.dtype} {list(spec.shape)}")
+            if det is not None and spec.name == self._pre_input:
+                frame = decode_image(meta.data, self.limits.max_image_pixels, meta.encoding)
+                return det.fit(self.preprocessor, frame, "bgr")
             return self.preprocessor.from_encoded(meta.data, self.limits.max_image_pixels,
                                                   meta.encoding)
         arr = meta.data
         assert meta.dtype is not None and meta.shape is not None
         if spec.matches_item(meta.dtype, meta.shape):
+            if det is not None and spec.name == self._pre_input:
+                det.identity()
             return arr
         if (self.preprocessor is not None and spec.name == self._pre_input
                 and meta.dtype == np.uint8 and len(meta.shape) in (2, 3)):
             if meta.shape[0] * meta.shape[1] > self.limits.max_image_pixels:
                 raise InvalidArgument(f"inputs[{i}]: frame of {meta.shape[1]}x{meta.shape[0]} "
                                       f"exceeds {self.limits.max_image_pixels} pixels")
+            if det is not None:
+                return det.fit(self.preprocessor, arr, None)
             return self.preprocessor.from_frame(arr)
         want = f"{spec.dtype} {['N' if d == -1 else d for d in spec.shape]}"
         hint = " or a uint8 HxWxC image frame / JPEG / PNG" if self.preprocessor else ""
@@ -328,6 +378,8 @@ class Model:
             raise Unavailable(f"model {self.name!r} has no loaded variant")
         t0 = time.perf_counter()
         total = sum(p.rows for p in batch)
+        if loaded.post is not None:
+            self._refit(batch, loaded)
         if len(batch) == 1:
             feeds = {k: np.ascontiguousarray(a) for k, a in batch[0].feeds.items()}
         else:
@@ -340,6 +392,8 @@ class Model:
                 got = "nothing" if a is None else f"shape {list(a.shape)}"
                 raise EdgedError(f"variant {loaded.config.name!r} returned {got} for output "
                                  f"{o.name!r}; expected {total} rows")
+        if loaded.post is not None:
+            return loaded.config.name, self._detections(batch, loaded, outs), compute_s
         results: list[PerRequest] = []
         start = 0
         for p in batch:
@@ -347,6 +401,41 @@ class Model:
             results.append(([(n, outs[n][start:start + p.rows]) for n in names], None))
             start += p.rows
         return loaded.config.name, results, compute_s
+
+    def _detections(self, batch: list[Pending], loaded: Loaded,
+                    outs: dict[str, np.ndarray]) -> list[PerRequest]:
+        """Decode + NMS + map back, for the whole batch, here on the worker thread."""
+        from edged.detect.serving import detect_batch
+
+        t0 = time.perf_counter()
+        dets = detect_batch(loaded.post, outs, [p.meta for p in batch])
+        self._m_post.observe(time.perf_counter() - t0)
+        results: list[PerRequest] = []
+        for k, (p, d) in enumerate(zip(batch, dets, strict=True)):
+            self._m_dets.observe(d.shape[0])
+            names = (p.outputs or [o.name for o in self.outputs]) if p.meta.raw else []
+            results.append(([(n, outs[n][k:k + 1]) for n in names], d))
+        return results
+
+    def _refit(self, batch: list[Pending], loaded: Loaded) -> None:
+        """Requests prepared for another input size (a swap to a rung of another
+        resolution happened while they queued) are fitted again for this variant."""
+        from edged.detect.serving import fit_frame, input_size
+
+        assert self.preprocessor is not None and self.preprocessor.cfg is not None
+        spec = next(s for s in loaded.backend.inputs if s.name == self._pre_input)
+        size = input_size(spec, self.preprocessor.cfg)
+        for p in batch:
+            job = p.meta
+            if job.size == size:
+                continue
+            if job.frame is None:
+                raise Unavailable(f"the variant changed to input {size[0]}x{size[1]} while "
+                                  f"this {job.size[0]}x{job.size[1]} tensor queued; send again")
+            tensor, job.transform = fit_frame(loaded.post, self.preprocessor, job.frame,
+                                              job.color, size)
+            job.size = size
+            p.feeds = {**p.feeds, self._pre_input: tensor}
 
     def variant_series(self, variant: str) -> tuple[Any, Any]:
         """(requests_total{status=OK}, compute_duration) for a variant, cached."""
@@ -405,3 +494,37 @@ class Model:
 def _reason_label(reason: str) -> str:
     """Bounded label values: the first word of the reason (governor, operator, reload)."""
     return reason.split(":", 1)[0].split()[0] if reason else "unknown"
+
+
+class _DetectPrep:
+    """Collects a detector request's transform while its input tensor is made."""
+
+    def __init__(self, loaded: Loaded, options: dict[str, Any]) -> None:
+        from edged.detect.serving import parse_options
+
+        self.post = loaded.post
+        self.options, self.raw = parse_options(self.post, options)
+        self.size: tuple[int, int] = self.post.input_size
+        self.transform: Any = None
+        self.frame: np.ndarray | None = None
+        self.color: str | None = None
+
+    def fit(self, pre: Preprocessor, frame: np.ndarray, color: str | None) -> np.ndarray:
+        from edged.detect.serving import fit_frame
+
+        tensor, self.transform = fit_frame(self.post, pre, frame, color, self.size)
+        self.frame, self.color = frame, color
+        return tensor
+
+    def identity(self) -> None:
+        from edged.detect.geometry import Transform
+
+        self.transform = Transform.identity(*self.size)
+
+    def job(self, keep_frame: bool) -> Any:
+        from edged.detect.serving import DetectJob
+
+        if self.transform is None:
+            raise InvalidArgument("a detection request needs its image input")
+        return DetectJob(self.options, self.transform, self.size,
+                         self.frame if keep_frame else None, self.color, self.raw)

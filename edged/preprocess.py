@@ -192,8 +192,12 @@ class Preprocessor:
                      encoding: str | None = None) -> np.ndarray:
         return self.from_frame(decode_image(data, max_pixels, encoding), source_color="bgr")
 
-    def from_frame(self, img: np.ndarray, source_color: str | None = None) -> np.ndarray:
-        """uint8 HxW / HxWxC (C in 1,3,4) -> model tensor with a batch dim of 1."""
+    def from_frame(self, img: np.ndarray, source_color: str | None = None,
+                   size: tuple[int, int] | None = None) -> np.ndarray:
+        """uint8 HxW / HxWxC (C in 1,3,4) -> model tensor with a batch dim of 1.
+
+        ``size`` (width, height) overrides the configured size: a detector's rungs may
+        take different input resolutions."""
         if img.dtype != np.uint8 or img.ndim not in (2, 3):
             raise InvalidArgument(
                 f"an image frame must be uint8 HxW or HxWxC; got {img.dtype} {list(img.shape)}"
@@ -207,8 +211,9 @@ class Preprocessor:
         src = source_color or self.cfg.raw_color
         img = self._convert_color(img, src)
         cfg = self.cfg
-        if img.shape[0] != cfg.height or img.shape[1] != cfg.width:
-            img = cv2.resize(img, (cfg.width, cfg.height), interpolation=self._interp)
+        w, h = size or (cfg.width, cfg.height)
+        if img.shape[0] != h or img.shape[1] != w:
+            img = cv2.resize(img, (w, h), interpolation=self._interp)
         if img.ndim == 2:
             img = img[:, :, None]
         if cfg.dtype == "uint8":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,8 @@ class Loaded:
     backend: Backend
     load_s: float
     batch_cap: int | None = None  # from auto_batch profiling; None = max_batch_size
+    #: a detector variant's post-processor (edged.detect), built at load
+    post: Any = None
 
 
 def open_variant(model: str, index: int, v: VariantConfig, max_batch_size: int,

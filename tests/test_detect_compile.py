@@ -20,6 +20,7 @@ pytest.importorskip("pycocotools")
 
 from onnx import TensorProto, helper  # noqa: E402
 
+from edged.backends.sidecar import read_sidecar  # noqa: E402
 from edged.compile import cli  # noqa: E402
 from edged.compile.detect_val import (  # noqa: E402
     DetectionCheck,
@@ -27,7 +28,6 @@ from edged.compile.detect_val import (  # noqa: E402
     load_postprocess,
 )
 from edged.compile.runners import open_variant  # noqa: E402
-from edged.compile.sidecar import read_sidecar  # noqa: E402
 
 FAST = ["--bench-runs", "3", "--max-batch", "4", "--threads", "1", "--no-progress"]
 

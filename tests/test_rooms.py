@@ -97,7 +97,7 @@ def test_model_batches_on_the_null_backend_and_answers_each_its_own(tmp_path: Pa
             x = np.full((1, 4), i, np.float32)
             req = Request(op="infer", id=i, model="echo",
                           inputs=[InputMeta(None, "raw", np.dtype("float32"), (1, 4), x)])
-            feeds, rows, key = m.prepare(req)
+            feeds, rows, key, _ = m.prepare(req)
             m.submit(Pending(feeds=feeds, rows=rows, key=key, respond=respond(i)))
         await asyncio.wait_for(done.wait(), 10)
         await m.close()

@@ -122,11 +122,11 @@ class InferencePath:
             self.state.spawn(self._prepare_async(model, req, ctx))
             return
         try:
-            feeds, rows, key = model.prepare(req)
+            prepared = model.prepare(req)
         except EdgedError as e:
             self._fail(ctx, e)
             return
-        self._submit(model, req, ctx, feeds, rows, key)
+        self._submit(model, req, ctx, *prepared)
 
     def _admit(self, ident: bytes, name: str) -> Model:
         model = self.state.registry.get(name)
@@ -141,7 +141,7 @@ class InferencePath:
 
     async def _prepare_async(self, model: Model, req: Request, ctx: _Ctx) -> None:
         try:
-            feeds, rows, key = await asyncio.get_running_loop().run_in_executor(
+            prepared = await asyncio.get_running_loop().run_in_executor(
                 self._pre_pool, model.prepare, req)
         except EdgedError as e:
             self._fail(ctx, e)
@@ -155,14 +155,14 @@ class InferencePath:
         if not self.state.serving:
             self._fail(ctx, Unavailable("the daemon is shutting down"))
             return
-        self._submit(model, req, ctx, feeds, rows, key)
+        self._submit(model, req, ctx, *prepared)
 
     def _submit(self, model: Model, req: Request, ctx: _Ctx, feeds: dict[str, Any],
-                rows: int, key: tuple[Any, ...]) -> None:
+                rows: int, key: tuple[Any, ...], meta: Any) -> None:
         deadline = ctx.received + req.timeout_ms / 1000.0 if req.timeout_ms else None
         p = Pending(feeds=feeds, rows=rows, key=key, respond=functools.partial(self._respond, ctx),
                     priority=req.priority, stream=req.stream, deadline=deadline,
-                    outputs=req.outputs, arrival=ctx.received)
+                    outputs=req.outputs, meta=meta, arrival=ctx.received)
         try:
             model.submit(p)
         except EdgedError as e:
@@ -177,8 +177,10 @@ class InferencePath:
         timing = {"queue_us": int(outcome.queue_s * 1e6),
                   "compute_us": int(outcome.compute_s * 1e6), "batch": outcome.batch,
                   "total_us": int((now - ctx.received) * 1e6)}
-        frames = ok_reply_frames(ctx.request_id, ctx.model.name, outcome.variant,
-                                 outcome.outputs, timing)
+        frames = ok_reply_frames(
+            ctx.request_id, ctx.model.name, outcome.variant, outcome.outputs, timing,
+            outcome.detections,
+            ctx.model.detections_header() if outcome.detections is not None else None)
         self._reply(ctx.sock, ctx.envelope, frames)
         self._done(ctx)
         ctx.model.observe_reply(outcome.variant, now - ctx.received, outcome.queue_s)
