@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--top", type=int, default=3, help="classes to print (classifiers)")
     i.add_argument("--json", action="store_true", help="print the raw reply header")
     i.add_argument("--labels", help="file with one label per line")
+    i.add_argument("--draw", metavar="OUT.jpg",
+                   help="detectors: write the image with the boxes and labels drawn")
+    i.add_argument("--conf", type=float, help="detectors: score threshold for this request")
     _add_client_args(i)
 
     for name, help_ in (("models", "list the models the daemon serves"),
@@ -155,6 +158,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         for v in m.variants:
             try:
                 backend, secs = load_variant(v, m.max_batch_size)
+                if m.postprocess is not None and m.preprocess is not None:
+                    from edged.detect.serving import build_postprocessor
+
+                    try:
+                        build_postprocessor(m.postprocess, m.preprocess, backend, v.path,
+                                            m.preprocess.input)
+                    except Exception:
+                        backend.close()
+                        raise
             except Exception as e:
                 problems += 1
                 print(f"FAIL {m.name}/{v.name} ({v.backend}, {v.path}): {e}")
@@ -188,9 +200,10 @@ def cmd_infer(args: argparse.Namespace) -> int:
         print(f"edged: {p}: no such file", file=sys.stderr)
         return 2
     inputs: Any = np.load(p, allow_pickle=False) if p.suffix == ".npy" else p
+    opts = {"conf": args.conf} if args.conf is not None else {}
     try:
         with _client(args) as c:
-            r = c.infer(args.model, inputs, raise_on_error=False)
+            r = c.infer(args.model, inputs, raise_on_error=False, **opts)
     except ClientTimeout as e:
         print(f"edged: {args.endpoint}: {e} (is the daemon running?)", file=sys.stderr)
         return 3
@@ -204,6 +217,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
     t = r.header["timing"]
     print(f"model={r.header['model']} variant={r.header['variant']} "
           f"queue={t['queue_us']}us compute={t['compute_us']}us batch={t['batch']}")
+    if r.detections is not None:
+        return _print_detections(r.detections, p, args.draw)
     for name, arr in r.outputs.items():
         if arr.ndim == 2 and arr.shape[0] == 1 and arr.dtype.kind == "f":
             logits = arr[0].astype(np.float64)
@@ -215,6 +230,25 @@ def cmd_infer(args: argparse.Namespace) -> int:
                 f"{labels[k] if labels else int(k)}: {probs[k]:.3f}" for k in top) + ")")
         else:
             print(f"{name}: {arr.dtype} {list(arr.shape)}")
+    return 0
+
+
+def _print_detections(dets: Any, image: Path, draw: str | None) -> int:
+    from edged.detect.table import detections_table
+
+    names = [dets.labels.get(k, str(k)) for k in range(max(dets.labels, default=-1) + 1)]
+    print(detections_table(dets.rows, names))
+    if draw:
+        import cv2
+
+        from edged.detect.draw import draw_detections
+
+        img = cv2.imread(str(image), cv2.IMREAD_COLOR)
+        if img is None:
+            print(f"edged: --draw needs an image file; {image} is not one", file=sys.stderr)
+            return 2
+        cv2.imwrite(draw, draw_detections(img, dets.rows, names))
+        print(f"wrote {draw}")
     return 0
 
 

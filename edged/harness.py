@@ -80,28 +80,43 @@ class Daemon:
         self.workdir = self.tmp = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.runtime_dir = workdir / "run"
-        self.port = free_port()
-        self.tcp = f"tcp://127.0.0.1:{self.port}"
         self.ipc = f"ipc://{self.runtime_dir}/edged.sock"
         self.control = f"ipc://{self.runtime_dir}/control.sock"
-        self.metrics_port = free_port() if metrics else None
         self.log_path = workdir / "daemon.log"
         self.config = config
-        args = [sys.executable, "-m", "edged", "serve", "--config", str(config),
+        self._metrics, self._extra, self._cwd = metrics, args, cwd
+        self._env = dict(os.environ)
+        self._env.pop("NOTIFY_SOCKET", None)
+        self._env.pop("JOURNAL_STREAM", None)
+        self._env.update(env or {})
+        self.ready_s: float | None = None
+        self._spawn()
+        if wait:
+            for _ in range(3):
+                try:
+                    self.wait_ready()
+                    break
+                except RuntimeError:
+                    # free_port() races other processes for the port: take another one.
+                    if "Address already in use" not in self.log():
+                        raise
+                    self._spawn()
+            else:
+                self.wait_ready()
+
+    def _spawn(self) -> None:
+        self.port = free_port()
+        self.tcp = f"tcp://127.0.0.1:{self.port}"
+        self.metrics_port = free_port() if self._metrics else None
+        args = [sys.executable, "-m", "edged", "serve", "--config", str(self.config),
                 "--endpoint", self.ipc, "--endpoint", self.tcp,
                 "--runtime-dir", str(self.runtime_dir),
-                "--metrics", f"127.0.0.1:{self.metrics_port}" if metrics else "off", *args]
-        e = dict(os.environ)
-        e.pop("NOTIFY_SOCKET", None)
-        e.pop("JOURNAL_STREAM", None)
-        e.update(env or {})
+                "--metrics", f"127.0.0.1:{self.metrics_port}" if self._metrics else "off",
+                *self._extra]
         self._log = self.log_path.open("wb")
         self.t_popen = time.monotonic()
-        self.ready_s: float | None = None
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=e,
-                                     cwd=str(cwd))
-        if wait:
-            self.wait_ready()
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=self._env, cwd=str(self._cwd))
 
     @property
     def pid(self) -> int:

@@ -473,6 +473,8 @@ class Model:
             "max_queue": self.cfg.max_queue,
             "queue_depth": self._batcher.depth,
             "preprocess": bool(self.preprocessor),
+            **({"detections": {"decoder": self.cfg.postprocess.decoder,
+                               **self.detections_header()}} if self.cfg.postprocess else {}),
             "last_swap": self.last_swap,
         }
 
