@@ -239,8 +239,19 @@ class Model:
             return True
 
     def _open_checked(self, index: int) -> Loaded:
+        from edged.golden import GoldenMismatch
+
         loaded = self._open(index)
-        check_candidate(loaded.config, loaded.backend, self.inputs, self.outputs)
+        v = loaded.config.name
+        try:
+            checked = check_candidate(loaded.config, loaded.backend, self.inputs, self.outputs)
+        except GoldenMismatch as e:
+            self.metrics.golden_checks.labels(self.name, v, "refused").inc()
+            log.error("golden check failed: swap refused model=%s variant=%s: %s",
+                      self.name, v, e)
+            raise
+        self.metrics.golden_checks.labels(self.name, v, "ok").inc()
+        log.info("golden check ok model=%s variant=%s %s", self.name, v, checked)
         return loaded
 
     async def _swap_drained(self, cur: Loaded, v: VariantConfig, index: int) -> Loaded:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from edged import golden
 from edged.backends import backend_module
 from edged.backends.base import Backend, TensorSpec, run_batch, zero_feeds
 from edged.config import VariantConfig
@@ -111,21 +112,29 @@ def check_contract(name: str, want: list[TensorSpec], got: list[TensorSpec], wha
 
 
 def check_candidate(v: VariantConfig, backend: Backend, inputs: list[TensorSpec],
-                    outputs: list[TensorSpec]) -> None:
-    """Before a swap: the contract matches, and a zero input gives finite outputs.
+                    outputs: list[TensorSpec]) -> str:
+    """Before a swap: the contract matches, the golden inputs recorded by ``edged
+    compile`` give the recorded outputs (``edged.golden``), and a zero input gives
+    finite outputs. Returns what was checked, for the log.
 
     Closes the backend when the check fails, so a refused candidate leaks nothing."""
     try:
         check_contract(v.name, inputs, backend.inputs, "input")
         check_contract(v.name, outputs, backend.outputs, "output")
+        g = golden.read_golden(v.path)
+        checked = "contract, finite outputs (no golden file)"
+        if g is not None:
+            report = golden.check(v.name, backend, g)
+            checked = "golden " + " ".join(f"{k}={val:.3g}" for k, val in report.items())
         outs = run_batch(backend, zero_feeds(inputs, 1))
         for o in outputs:
             a = outs.get(o.name)
             if a is None:
                 raise ArtifactError(f"variant {v.name!r} returned no output {o.name!r}")
             if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
-                raise ArtifactError(f"variant {v.name!r} gives non-finite {o.name!r} on the "
-                                    "golden input")
+                raise ArtifactError(f"variant {v.name!r} gives non-finite {o.name!r} on a "
+                                    "zero input")
     except Exception:
         backend.close()
         raise
+    return checked

@@ -115,11 +115,13 @@ class Control:
         m = self.state.registry.get(_str_arg(msg, "model"))
         variant = _str_arg(msg, "variant")
         pin = await self.governing.pin_variant(m, variant)
+        failed = pin.pop("swap_failed")
         want = m.variant_names[self.governing.index_for(m)]
-        status = "OK" if m.active_variant == want else "INTERNAL"
-        out: dict[str, Any] = {"status": status, "model": m.describe(), **pin}
-        if status != "OK":
-            out["error"] = f"swap to {want!r} failed: {(m.last_swap or {}).get('error')}"
+        out: dict[str, Any] = {"model": m.describe(), **pin}
+        if failed or m.active_variant != want:
+            target = variant if failed else want
+            out.update(status="INTERNAL", error=f"swap to {target!r} failed: "
+                       f"{(m.last_swap or {}).get('error')}")
         return out
 
 

@@ -30,6 +30,9 @@ from edged.server.state import ServerState
 
 log = logging.getLogger("edged.server")
 
+#: a swap that failed (load error, golden check) is tried again after this long
+RETRY_FAILED_SWAP_S = 60.0
+
 
 @dataclass(frozen=True)
 class VariantPin:
@@ -48,6 +51,8 @@ class Governing:
         self._decision: Any = None
         self._metrics: Any = None
         self._wake = asyncio.Event()
+        #: (model, ladder index) -> when a swap to it last failed: not retried for a while
+        self._failed: dict[tuple[str, int], float] = {}
         #: set by the lifecycle: refresh systemd's STATUS= line when the level changes
         self.on_level_change: Callable[[], None] | None = None
 
@@ -153,11 +158,17 @@ class Governing:
         if not m.ready or m.swapping:
             return  # a swap in progress settles again when it ends
         want = self.index_for(m)
+        failed_at = self._failed.get((m.name, want))
+        if failed_at is not None and time.monotonic() - failed_at < RETRY_FAILED_SWAP_S:
+            return  # a refused candidate is not reloaded every tick
         if want != m.active_index:
             self.state.spawn(self._swap(m, want, reason))
 
     async def _swap(self, m: Model, index: int, reason: str) -> None:
-        await m.swap_to(index, reason)
+        if not await m.swap_to(index, reason) and m.active_index != index:
+            self._failed[(m.name, index)] = time.monotonic()
+            return
+        self._failed.pop((m.name, index), None)
         if m.ready and not m.swapping and self.index_for(m) != m.active_index:
             # The level or a pin moved while we were swapping: follow it now.
             d = self._decision
@@ -177,9 +188,18 @@ class Governing:
             reason = "operator: edged ctl swap"
         log.info("variant pin model=%s variant=%s by=%s", m.name, variant, by)
         want = self.index_for(m)
+        failed = False
         if m.ready and want != m.active_index:
-            await m.swap_to(want, reason)
-        return {"pin": self.pin_of(m.name), "held_by_governor": self._held(m)}
+            if not await m.swap_to(want, reason) and m.active_index != want:
+                failed = True
+                # Refused (failed load, golden check): the pin would only retry it.
+                self.pins.pop(m.name, None)
+                log.warning("variant pin model=%s variant=%s dropped: the swap failed",
+                            m.name, variant)
+            else:
+                self._failed.pop((m.name, want), None)
+        return {"pin": self.pin_of(m.name), "held_by_governor": self._held(m),
+                "swap_failed": failed}
 
     def _held(self, m: Model) -> str | None:
         """Why the pinned variant is not the one running, when the governor overrides it."""

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Record golden inputs and outputs beside the shipped models' artifacts.
+
+``edged compile`` does this for what it builds; this script does it for the artifacts
+committed under ``models/`` (digits: the first validation images; person: scikit-image
+sample photos, not the ones the tests check). Re-run it after changing an artifact:
+
+    .venv/bin/python scripts/make_golden.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from edged.backends import backend_module  # noqa: E402
+from edged.backends.base import run_batch  # noqa: E402
+from edged.golden import precision_of, write_golden  # noqa: E402
+from edged.schema import Table  # noqa: E402
+
+
+def record(artifact: Path, feeds: dict[str, np.ndarray]) -> None:
+    mod = backend_module("onnxruntime")
+    be = mod.open_backend(artifact, mod.Options.from_table(Table({}, "", "-")), 8)
+    outs = run_batch(be, feeds)
+    be.close()
+    p = write_golden(artifact, feeds, outs, precision_of(artifact, artifact.stem))
+    print(f"{p}: {len(next(iter(feeds.values())))} inputs, "
+          f"{p.stat().st_size if p else 0} bytes" if p else f"{artifact}: too large, skipped")
+
+
+def digits() -> None:
+    with np.load(ROOT / "models" / "digits" / "validation.npz") as z:
+        x = (z["x"][:8].astype(np.float32) / 255.0)[:, None]
+    for a in sorted((ROOT / "models" / "digits").glob("*.onnx")):
+        record(a, {"input": x})
+
+
+def person() -> None:
+    from skimage import data
+
+    photos = [data.camera(), data.coffee(), data.chelsea(), data.rocket()]
+    frames = [cv2.cvtColor(p, cv2.COLOR_GRAY2RGB) if p.ndim == 2 else p for p in photos]
+    x = np.stack([cv2.resize(f, (300, 300), interpolation=cv2.INTER_LINEAR) for f in frames])
+    for a in sorted((ROOT / "models" / "person").glob("*.onnx")):
+        record(a, {"image_tensor:0": x.astype(np.uint8)})
+
+
+if __name__ == "__main__":
+    digits()
+    person()
