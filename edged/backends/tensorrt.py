@@ -102,7 +102,7 @@ def check_plan_compat(
     plan: Path,
     sidecar: dict[str, Any] | None,
     *,
-    trt_version: str,
+    trt_version: str | None,
     compute_capability: str | None,
     gpu_name: str | None = None,
     arch: str | None = None,
@@ -112,8 +112,10 @@ def check_plan_compat(
     """Refuse a plan whose sidecar says it cannot load here, before TensorRT tries.
 
     Every difference is named in one ArtifactError, with the command that rebuilds
-    the directory's plans on this device. A plan without a sidecar is not checked
-    here (TensorRT's own check still runs). The rules are in ``plan_mismatches``.
+    the directory's plans on this device. ``trt_version``/``compute_capability`` None
+    skip those rules, so the platform and L4T can be checked before TensorRT loads. A
+    plan without a sidecar is not checked here (TensorRT's own check still runs). The
+    rules are in ``plan_mismatches``.
     """
     if sidecar is None:
         return
@@ -135,7 +137,7 @@ def check_plan_compat(
 def plan_mismatches(
     sidecar: dict[str, Any],
     *,
-    trt_version: str,
+    trt_version: str | None,
     compute_capability: str | None,
     gpu_name: str | None = None,
     arch: str | None = None,
@@ -166,7 +168,7 @@ def plan_mismatches(
 
     version_compatible = bool(target.get("version_compatible"))
     built = tools.get("tensorrt")
-    if built:
+    if built and trt_version:
         b, r = _version_tuple(built), _version_tuple(trt_version)
         n = min(len(b), len(r))
         if version_compatible:
@@ -290,6 +292,11 @@ class TensorRTBackend(Backend):
         except ValueError as e:
             raise ArtifactError(str(e)) from e
         data = _read_plan(path, sidecar)
+        # What needs no GPU first: a plan copied from a Jetson to a PC (or from another
+        # JetPack) is named as such even where TensorRT or CUDA is missing.
+        here_arch, here_l4t = platform.machine(), l4t_release()
+        check_plan_compat(path, sidecar, trt_version=None, compute_capability=None,
+                          arch=here_arch, l4t=here_l4t)
         try:
             trt = import_tensorrt()
             cudart = import_cudart()
@@ -306,8 +313,8 @@ class TensorRTBackend(Backend):
             trt_version=trt.__version__,
             compute_capability=dev["compute_capability"],
             gpu_name=dev["name"],
-            arch=platform.machine(),
-            l4t=l4t_release(),
+            arch=here_arch,
+            l4t=here_l4t,
             allow_host_code=opts.version_compatible,
         )
 
