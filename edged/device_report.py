@@ -61,7 +61,7 @@ def _num(v: float | None, fmt: str) -> str:
 
 def _short(note: str) -> str:
     """The first clause of a reason; the check lines above the table carry all of it."""
-    return note.split("; ")[0]
+    return note.splitlines()[0].split("; ")[0] if note else note
 
 
 HEADER = ("backend", "precision", "p50 ms", "items/s", "top-1 agree", "max |diff|", "device",
