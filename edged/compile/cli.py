@@ -267,8 +267,9 @@ def step_tensorrt(ctx: Context) -> list[Path]:
     from edged.compile import tensorrt as trt_build
     from edged.compile.tensorrt_plans import build_plans
 
+    precisions = getattr(ctx.args, "trt_precisions", None) or ["fp32", "fp16", "int8"]
     try:
-        res = build_plans(ctx.src, ctx.out, ctx.name, precisions=ctx.args.trt_precisions,
+        res = build_plans(ctx.src, ctx.out, ctx.name, precisions=precisions,
                           max_batch=ctx.args.max_batch, input_name=ctx.inputs[0]["name"],
                           calib=ctx.calib, calib_method=ctx.args.calib_method,
                           progress=ctx.progress)
