@@ -450,24 +450,25 @@ def test_device_check_is_an_executable_python_script() -> None:
 
 
 def test_device_check_serves_through_the_daemon_and_prints_a_table(tmp_path: Path) -> None:
-    model = _digits_like_onnx(tmp_path / "digits-fp32.onnx")
     missing = tmp_path / "mobilenetv2-fp32.onnx"
     keep = tmp_path / "keep"
-    proc = _device_check("--model", f"digits={model}", "--model", f"mobilenetv2={missing}",
-                         "--max-batch", "4", "--keep", str(keep))
+    # A path relative to the working directory, as an operator types it.
+    proc = _device_check("--model", "digits=models/digits/cnn-fp32.onnx",
+                         "--model", f"mobilenetv2={missing}", "--max-batch", "4",
+                         "--keep", str(keep))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     status = {ln[6:41].strip(): ln[:5].strip() for ln in out.splitlines() if ln[:4].strip()
               and ln[:5].strip() in ("PASS", "SKIP", "FAIL", "INFO")}
     assert status["numpy"] == "PASS" and status["onnxruntime"] == "PASS"
     assert status["digits onnxruntime-cpu fp32"] == "PASS"
-    assert status["digits onnxruntime-cpu int8"] == "SKIP"  # no digits-int8.onnx beside it
+    assert status["digits onnxruntime-cpu int8"] == "PASS"  # cnn-int8.onnx beside it
     assert status["mobilenetv2 model"] == "SKIP" and "make_bench_models.py" in out
     # Served by a real daemon: its generated config and log are kept.
     daemon_dir = keep / "daemons" / "digits-onnxruntime-cpu-fp32"
     assert 'backend = "onnxruntime"' in (daemon_dir / "edged.toml").read_text()
     assert (daemon_dir / "daemon.log").stat().st_size > 0
-    table = out[out.index("digits: digits-fp32.onnx, through the daemon"):]
+    table = out[out.index("digits: cnn-fp32.onnx, through the daemon"):]
     header, cpu = table.splitlines()[1:3]
     assert header.split()[:4] == ["backend", "precision", "p50", "ms"]
     assert cpu.split()[:2] == ["onnxruntime-cpu", "fp32"]
