@@ -435,10 +435,10 @@ def test_onnx_precision_of_unreadable_file_is_unknown(tmp_path: Path) -> None:
 def _device_check(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, str(DEVICE_CHECK), "--iterations", "2", *args],
+        [sys.executable, str(DEVICE_CHECK), "--iterations", "2", "--items", "16", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         cwd=REPO,
         env=env,
     )
@@ -449,34 +449,49 @@ def test_device_check_is_an_executable_python_script() -> None:
     assert DEVICE_CHECK.read_text().startswith("#!/usr/bin/env python3\n")
 
 
-def test_device_check_runs_here(tmp_path: Path) -> None:
-    model = _digits_like_onnx(tmp_path / "digits.onnx")
-    proc = _device_check("--model", str(model), "--max-batch", "4")
+def test_device_check_serves_through_the_daemon_and_prints_a_table(tmp_path: Path) -> None:
+    missing = tmp_path / "mobilenetv2-fp32.onnx"
+    keep = tmp_path / "keep"
+    # A path relative to the working directory, as an operator types it.
+    proc = _device_check("--model", "digits=models/digits/cnn-fp32.onnx",
+                         "--model", f"mobilenetv2={missing}", "--max-batch", "4",
+                         "--keep", str(keep))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = {ln[6:30].strip(): ln[:5].strip() for ln in proc.stdout.splitlines() if ln[:4].strip()}
-    assert lines["numpy"] == "PASS" and lines["onnxruntime"] == "PASS"
-    assert lines["ort cpu run"] == "PASS"
-    assert "arch" in lines and lines["arch"] == "INFO"
+    out = proc.stdout
+    status = {ln[6:41].strip(): ln[:5].strip() for ln in out.splitlines() if ln[:4].strip()
+              and ln[:5].strip() in ("PASS", "SKIP", "FAIL", "INFO")}
+    assert status["numpy"] == "PASS" and status["onnxruntime"] == "PASS"
+    assert status["digits onnxruntime-cpu fp32"] == "PASS"
+    assert status["digits onnxruntime-cpu int8"] == "PASS"  # cnn-int8.onnx beside it
+    assert status["mobilenetv2 model"] == "SKIP" and "make_bench_models.py" in out
+    # Served by a real daemon: its generated config and log are kept.
+    daemon_dir = keep / "daemons" / "digits-onnxruntime-cpu-fp32"
+    assert 'backend = "onnxruntime"' in (daemon_dir / "edged.toml").read_text()
+    assert (daemon_dir / "daemon.log").stat().st_size > 0
+    table = out[out.index("digits: cnn-fp32.onnx, through the daemon"):]
+    header, cpu = table.splitlines()[1:3]
+    assert header.split()[:4] == ["backend", "precision", "p50", "ms"]
+    assert cpu.split()[:2] == ["onnxruntime-cpu", "fp32"]
+    assert "100.00%" in cpu and cpu.rstrip().endswith("ok")
     if not GPU_OK:
-        assert lines["tensorrt build"] == "SKIP" and lines["tensorrt run"] == "SKIP"
-        assert lines["cuda device"] == "SKIP"
-    if not HAS_TRT:
-        assert lines["tensorrt"] == "SKIP"
-    assert proc.stdout.rstrip().splitlines()[-1].startswith("OK: ")
+        for p in ("fp32", "fp16", "int8"):
+            assert status[f"digits tensorrt {p}"] == "SKIP"
+        assert status["cuda device"] == "SKIP" or HAS_CUDA_PYTHON is False
+        assert "tensorrt              fp16" in table and "SKIP: " in table
+    assert out.rstrip().splitlines()[-1].startswith("OK: ")
 
 
 def test_device_check_json_and_fail_exit(tmp_path: Path) -> None:
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"this is not an onnx model")
-    proc = _device_check("--json", "--model", str(bad))
+    proc = _device_check("--json", "--model", f"broken={bad}")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     status = {c["name"]: c["status"] for c in doc["checks"]}
-    assert doc["ok"] is False and status["ort cpu run"] == "FAIL"
+    assert doc["ok"] is False and status["broken model"] == "FAIL"
     assert status["onnxruntime"] == "PASS"
     assert doc["facts"]["arch"] and "cpus" in doc["facts"]
-    if not GPU_OK:
-        assert status["tensorrt build"] == "SKIP"
+    assert doc["tables"] == []
 
 
 # -- with TensorRT and a GPU ------------------------------------------------------------
@@ -580,3 +595,41 @@ def test_gpu_parser_errors_are_reported(tmp_path: Path) -> None:
     bad.write_bytes(b"\x08\x07garbage")
     with pytest.raises(EngineBuildError, match="could not parse"):
         build_engine(bad, tmp_path / "bad.engine", min_batch=1, opt_batch=1, max_batch=1)
+
+
+@gpu
+def test_gpu_compile_step_builds_keyed_fp32_fp16_int8_plans(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from edged.backends.tensorrt_keys import plan_file_name, timing_cache_name
+    from edged.compile.data import Dataset
+    from edged.compile.tensorrt import device_key
+    from edged.compile.tensorrt_plans import build_plans
+
+    src = _digits_like_onnx(tmp_path / "m-fp32.onnx")
+    rng = np.random.default_rng(2)
+    x = rng.random((64, 1, 28, 28), dtype=np.float32)
+    res = build_plans(src, tmp_path, "m", precisions=["fp32", "fp16", "int8"], max_batch=8,
+                      input_name="input", calib=Dataset(x, None, "random"))
+    assert not res.failed and not res.skipped, (res.failed, res.skipped)
+    key = device_key()
+    assert [p.name for p in res.made] == [plan_file_name("m", p, key)
+                                          for p in ("fp32", "fp16", "int8")]
+    assert (tmp_path / timing_cache_name(key)).stat().st_size > 0
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(
+        None, {"input": x})[0]
+    for plan, precision in zip(res.made, ("fp32", "fp16", "int8"), strict=True):
+        side = read_sidecar(plan)
+        assert side is not None and side["precision"] == precision
+        assert side["target"]["key"] == key.slug() and "l4t" in side["target"]
+        assert side["name"] == f"m-trt-{precision}"
+        be = trtb.open_backend(plan, trtb.Options(), 8)
+        try:
+            got = run_batch(be, {"input": x})["logits"]
+        finally:
+            be.close()
+        agree = float(np.mean(got.argmax(1) == ref.argmax(1)))
+        assert agree >= (0.99 if precision != "int8" else 0.9), (precision, agree)
+    # A rebuild on the same device reuses the timing cache.
+    again = build_plans(src, tmp_path, "m", precisions=["fp32"], max_batch=8, input_name="input")
+    assert (read_sidecar(again.made[0]) or {})["build"]["timing_cache_reused"] is True

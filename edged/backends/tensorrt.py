@@ -36,6 +36,7 @@ import numpy as np
 
 from edged.backends.base import Backend, BackendInfo, BackendOptions, TensorSpec, require_file
 from edged.backends.sidecar import read_sidecar
+from edged.backends.tensorrt_keys import l4t_release, rebuild_command
 from edged.backends.tensorrt_support import (
     CUDA_PYTHON_HINT,
     GpuUnavailableError,
@@ -101,13 +102,49 @@ def check_plan_compat(
     plan: Path,
     sidecar: dict[str, Any] | None,
     *,
-    trt_version: str,
+    trt_version: str | None,
     compute_capability: str | None,
     gpu_name: str | None = None,
     arch: str | None = None,
+    l4t: str | None = None,
     allow_host_code: bool = False,
 ) -> None:
     """Refuse a plan whose sidecar says it cannot load here, before TensorRT tries.
+
+    Every difference is named in one ArtifactError, with the command that rebuilds
+    the directory's plans on this device. ``trt_version``/``compute_capability`` None
+    skip those rules, so the platform and L4T can be checked before TensorRT loads. A
+    plan without a sidecar is not checked here (TensorRT's own check still runs). The
+    rules are in ``plan_mismatches``.
+    """
+    if sidecar is None:
+        return
+    backend = sidecar.get("backend")
+    if backend not in (None, "tensorrt"):
+        raise ArtifactError(f"{plan}: sidecar says this artifact is for backend {backend!r}")
+    problems = plan_mismatches(
+        sidecar, trt_version=trt_version, compute_capability=compute_capability,
+        gpu_name=gpu_name, arch=arch, l4t=l4t, allow_host_code=allow_host_code)
+    if not problems:
+        return
+    source = (sidecar.get("source") or {}).get("path")
+    raise ArtifactError(
+        f"{plan}: {'; '.join(problems)}: rebuild it on this device "
+        f"({rebuild_command(source, plan.parent)}); the daemon never builds plans itself"
+    )
+
+
+def plan_mismatches(
+    sidecar: dict[str, Any],
+    *,
+    trt_version: str | None,
+    compute_capability: str | None,
+    gpu_name: str | None = None,
+    arch: str | None = None,
+    l4t: str | None = None,
+    allow_host_code: bool = False,
+) -> list[str]:
+    """Why the plan described by ``sidecar`` cannot load on this device (empty: it can).
 
     Rules (TensorRT "Engine Compatibility" docs):
     * Without version compatibility a plan loads only on the exact TensorRT version
@@ -115,63 +152,67 @@ def check_plan_compat(
       an older one never does, and the runtime must allow the plan's host code.
     * Without hardware compatibility a plan runs only on the compute capability it was
       built for; ``ampere_plus`` plans run on any SM >= 8.0.
+    * On a Jetson the L4T (JetPack) release fixes TensorRT, CUDA and the driver: a plan
+      from another release is refused (unless version-compatible). Checked only when
+      the sidecar records ``target.l4t`` (plans built by this version of edged do).
     * Plans are not portable across CPU architectures / platforms.
-    A plan without a sidecar is not checked here (TensorRT's own check still runs).
     """
-    if sidecar is None:
-        return
-    backend = sidecar.get("backend")
-    if backend not in (None, "tensorrt"):
-        raise ArtifactError(f"{plan}: sidecar says this artifact is for backend {backend!r}")
     target = sidecar.get("target") or {}
     tools = sidecar.get("tools") or {}
-    rebuild = "rebuild it on this device (edged compile ... --backend tensorrt)"
+    problems: list[str] = []
 
     built_arch = target.get("arch")
     if arch and built_arch and built_arch != arch:
-        raise ArtifactError(
-            f"{plan}: plan was built on {built_arch}, this machine is {arch}; TensorRT plans "
-            f"are not portable across platforms: {rebuild}"
-        )
+        problems.append(f"plan was built on {built_arch}, this machine is {arch}; TensorRT "
+                        "plans are not portable across platforms")
 
+    version_compatible = bool(target.get("version_compatible"))
     built = tools.get("tensorrt")
-    if built:
+    if built and trt_version:
         b, r = _version_tuple(built), _version_tuple(trt_version)
         n = min(len(b), len(r))
-        if target.get("version_compatible"):
+        if version_compatible:
             if r[:n] < b[:n]:
-                raise ArtifactError(
-                    f"{plan}: plan was built with TensorRT {built} (version-compatible), which is "
-                    f"newer than this TensorRT {trt_version}; version-compatible plans only load "
-                    f"on the same or a later TensorRT: upgrade TensorRT or {rebuild}"
-                )
-            if not allow_host_code:
-                raise ArtifactError(
-                    f"{plan}: plan is version-compatible and embeds TensorRT host code; set "
+                problems.append(
+                    f"plan was built with TensorRT {built} (version-compatible), which is newer "
+                    f"than this TensorRT {trt_version}; version-compatible plans only load on "
+                    "the same or a later TensorRT (or upgrade TensorRT)")
+            elif not allow_host_code:
+                problems.append(
+                    "plan is version-compatible and embeds TensorRT host code; set "
                     "version_compatible = true in this variant's [models.variants.options] "
-                    "if you trust the plan, or rebuild it without version compatibility"
-                )
+                    "if you trust the plan")
         elif b[:n] != r[:n]:
-            raise ArtifactError(
-                f"{plan}: plan was built with TensorRT {built} but this is TensorRT "
-                f"{trt_version}; a plan loads only on the exact TensorRT version that built it "
-                f"(unless built version-compatible): {rebuild}"
-            )
+            problems.append(
+                f"plan was built with TensorRT {built} but this is TensorRT {trt_version}; a "
+                "plan loads only on the exact TensorRT version that built it (unless built "
+                "version-compatible)")
+
+    if "l4t" in target and not version_compatible and target.get("l4t") != l4t:
+        was = f"L4T {target['l4t']}" if target.get("l4t") else "a machine that is not a Jetson"
+        now = f"L4T {l4t}" if l4t else "not a Jetson (no /etc/nv_tegra_release)"
+        problems.append(f"plan was built on {was} but this device is {now}; a JetPack "
+                        "release brings its own TensorRT, CUDA and driver")
 
     built_cc = _cc_tuple(target.get("compute_capability"))
     here_cc = _cc_tuple(compute_capability)
     if built_cc and here_cc and built_cc != here_cc:
         level = str(target.get("hardware_compatibility") or "none").lower()
-        if level in ("ampere_plus", "ampere+") and here_cc >= (8, 0):
-            return
-        built_gpu = f" ({target['gpu']})" if target.get("gpu") else ""
-        here_gpu = f" ({gpu_name})" if gpu_name else ""
-        raise ArtifactError(
-            f"{plan}: plan was built for GPU compute capability "
-            f"{built_cc[0]}.{built_cc[1]}{built_gpu} but this GPU is "
-            f"{here_cc[0]}.{here_cc[1]}{here_gpu}; a plan runs only on the SM it was built for "
-            f"(unless built with hardware compatibility ampere_plus, SM >= 8.0): {rebuild}"
-        )
+        if not (level in ("ampere_plus", "ampere+") and here_cc >= (8, 0)):
+            built_gpu = f" ({target['gpu']})" if target.get("gpu") else ""
+            here_gpu = f" ({gpu_name})" if gpu_name else ""
+            problems.append(
+                f"plan was built for GPU compute capability {built_cc[0]}.{built_cc[1]}"
+                f"{built_gpu} but this GPU is {here_cc[0]}.{here_cc[1]}{here_gpu}; a plan runs "
+                "only on the SM it was built for (unless built with hardware compatibility "
+                "ampere_plus, SM >= 8.0)")
+    elif built_cc and here_cc and gpu_name and target.get("gpu") and target["gpu"] != gpu_name:
+        # Same SM, another GPU model: TensorRT loads it (with a warning of its own), but
+        # the tactics were timed on the other model; say so without refusing.
+        log.warning("plan was built on %s, this GPU is %s (same SM %s): it loads, but rebuild "
+                    "on this model for the best speed", target["gpu"], gpu_name,
+                    target.get("compute_capability"))
+    return problems
 
 
 def _read_plan(path: Path, sidecar: dict[str, Any] | None) -> bytes:
@@ -251,6 +292,11 @@ class TensorRTBackend(Backend):
         except ValueError as e:
             raise ArtifactError(str(e)) from e
         data = _read_plan(path, sidecar)
+        # What needs no GPU first: a plan copied from a Jetson to a PC (or from another
+        # JetPack) is named as such even where TensorRT or CUDA is missing.
+        here_arch, here_l4t = platform.machine(), l4t_release()
+        check_plan_compat(path, sidecar, trt_version=None, compute_capability=None,
+                          arch=here_arch, l4t=here_l4t)
         try:
             trt = import_tensorrt()
             cudart = import_cudart()
@@ -267,7 +313,8 @@ class TensorRTBackend(Backend):
             trt_version=trt.__version__,
             compute_capability=dev["compute_capability"],
             gpu_name=dev["name"],
-            arch=platform.machine(),
+            arch=here_arch,
+            l4t=here_l4t,
             allow_host_code=opts.version_compatible,
         )
 
@@ -314,6 +361,8 @@ class TensorRTBackend(Backend):
                 "gpu": dev["name"],
                 "compute_capability": dev["compute_capability"],
                 "tensorrt": trt.__version__,
+                "precision": (sidecar or {}).get("precision"),
+                "plan_key": ((sidecar or {}).get("target") or {}).get("key"),
                 "batch_profile": {"min": self._min_batch, "max": self._max_batch},
                 "device_memory_bytes": sum(b.nbytes for b in self._bindings),
                 "version_compatible": opts.version_compatible,

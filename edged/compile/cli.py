@@ -80,9 +80,21 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="default xgb when xgboost is installed, else random")
     p.add_argument("--tune-strategy", default="evolutionary",
                    choices=("evolutionary", "replay-trace"))
+    p.add_argument("--trt-precisions", default="all", type=_trt_precisions,
+                   help="TensorRT plans to build: comma list of fp32, fp16, int8, or all "
+                        "(default)")
     p.add_argument("--relative-to", type=Path, default=Path("."),
                    help="write variants.toml paths relative to this folder (default: cwd)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _trt_precisions(text: str) -> list[str]:
+    from edged.compile.tensorrt_plans import parse_precisions
+
+    try:
+        return parse_precisions(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 @dataclass
@@ -256,21 +268,24 @@ def _has_xgboost() -> bool:
 
 
 def step_tensorrt(ctx: Context) -> list[Path]:
+    """fp32, fp16 and int8 plans for this GPU (``edged.compile.tensorrt_plans``)."""
+    from edged.compile import tensorrt as trt_build
+    from edged.compile.tensorrt_plans import build_plans
+
+    precisions = getattr(ctx.args, "trt_precisions", None) or ["fp32", "fp16", "int8"]
     try:
-        from edged.compile import tensorrt as trt_build
-    except ImportError as e:
-        raise _Skip(f"edged.compile.tensorrt unavailable ({e})") from e
-    out = ctx.out / f"{ctx.name}-trt.engine"
-    mb = ctx.args.max_batch
-    try:
-        trt_build.build_engine(ctx.src, out, min_batch=1, opt_batch=mb, max_batch=mb,
-                               timing_cache=ctx.out / "tensorrt-timing.cache")
+        res = build_plans(ctx.src, ctx.out, ctx.name, precisions=precisions,
+                          max_batch=ctx.args.max_batch, input_name=ctx.inputs[0]["name"],
+                          calib=ctx.calib, calib_method=ctx.args.calib_method,
+                          progress=ctx.progress)
     except trt_build.GpuUnavailable as e:
         raise _Skip(str(e)) from e
-    from edged.backends.sidecar import update_sidecar
-
-    update_sidecar(out, name=out.stem, step="tensorrt")
-    return [out]
+    for precision, why in res.skipped.items():
+        say(f"tensorrt {precision}: skipped — {why}")
+    for precision, err in res.failed.items():
+        ctx.failures.append(f"tensorrt {precision}")
+        say(f"tensorrt {precision}: FAILED — {err}")
+    return res.made
 
 
 class _Skip(Exception):

@@ -81,9 +81,14 @@ def _preprocessed(src: Path, tmp: Path) -> Path:
 
 def to_int8_static(
     src: Path, out: Path, input_name: str, calib: np.ndarray, *, method: str = "minmax",
-    batch: int = 16, progress: bool = True,
+    batch: int = 16, progress: bool = True, symmetric: bool = False,
 ) -> Path:
-    """QDQ, U8 activations, per-channel S8 weights, calibrated on ``calib``."""
+    """QDQ, U8 activations, per-channel S8 weights, calibrated on ``calib``.
+
+    ``symmetric``: S8 activations with zero points of 0 and float biases instead, the
+    only QDQ form TensorRT parses (its parser refuses non-zero zero points and int32
+    bias DequantizeLinear); ``edged.compile.tensorrt_plans`` asks for it.
+    """
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -106,8 +111,10 @@ def to_int8_static(
         quantize_static(
             str(pre), str(out), Reader(input_name, calib, batch, progress),
             quant_format=QuantFormat.QDQ, per_channel=True,
-            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-            calibrate_method=methods[method],
+            activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
+            weight_type=QuantType.QInt8, calibrate_method=methods[method],
+            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
+                           "QuantizeBias": False} if symmetric else None,
         )
     return out
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from edged.backends.sidecar import sha256_file, write_sidecar
+from edged.backends.tensorrt_keys import DeviceKey, l4t_release
 from edged.backends.tensorrt_support import (
     GpuUnavailableError,
     check_cuda,
@@ -118,6 +119,45 @@ def onnx_precision(onnx_path: Path) -> str:
     return "mixed"
 
 
+# -- decisions (pure) ----------------------------------------------------------------------
+
+
+def network_typing(trt_major: int, model_precision: str, fp16_flag: bool) -> tuple[bool, bool]:
+    """``(strongly_typed, set_fp16_flag)`` for a build.
+
+    TensorRT 11 is always strongly typed and has no precision flags. On TensorRT 10 a
+    model that already carries reduced precision (fp16 weights, Q/DQ nodes) is built
+    strongly typed, as NVIDIA advises for explicit quantization ("precision-control
+    build flags are not required and should not be specified"), so both versions
+    honour the model's types; an fp32 model may instead get the FP16 builder flag,
+    which lets TensorRT pick FP16 kernels layer by layer (weakly typed).
+    """
+    if fp16_flag:
+        if trt_major >= 11:
+            raise EngineBuildError(
+                f"TensorRT {trt_major}.x has no FP16 builder flag (networks are strongly "
+                "typed): convert the ONNX model to fp16 first and build that")
+        if model_precision not in ("fp32", "unknown"):
+            raise EngineBuildError(
+                f"the FP16 builder flag is for fp32 models; this model is already "
+                f"{model_precision}: build it without fp16=True")
+        return False, True
+    if trt_major >= 11:
+        return True, False
+    return model_precision not in ("fp32", "unknown"), False
+
+
+def device_key(device: int = 0) -> DeviceKey:
+    """The key plans built here carry (GPU, SM, L4T, TensorRT); GpuUnavailable if none."""
+    try:
+        trt = import_tensorrt()
+        dev = cuda_device_info(device)
+    except GpuUnavailableError as e:
+        raise GpuUnavailable(str(e)) from e
+    return DeviceKey(gpu=dev["name"], compute_capability=dev["compute_capability"],
+                     tensorrt=trt.__version__, l4t=l4t_release())
+
+
 # -- the build ---------------------------------------------------------------------------
 
 
@@ -190,6 +230,9 @@ def build_engine(
         raise GpuUnavailable(str(e)) from e
     major = int(trt.__version__.split(".")[0])
     precision = onnx_precision(onnx_path)
+    key = DeviceKey(gpu=dev["name"], compute_capability=dev["compute_capability"],
+                    tensorrt=trt.__version__, l4t=l4t_release())
+    use_int8_flag = False
     started = time.monotonic()
 
     cudart = import_cudart()  # importable: cuda_device_info succeeded
@@ -203,29 +246,24 @@ def build_engine(
                 + (f"; TensorRT said: {msgs[-1]}" if msgs else "")
             ) from e
 
-        use_fp16_flag = False
-        if fp16:
-            if major >= 11 or not hasattr(trt.BuilderFlag, "FP16"):
-                raise EngineBuildError(
-                    f"TensorRT {trt.__version__} has no FP16 builder flag (networks are strongly "
-                    "typed): convert the ONNX model to fp16 first and build that"
-                )
-            if getattr(builder, "platform_has_fast_fp16", True):
-                use_fp16_flag = True
-            else:
-                log.warning("%s has no fast FP16; building in the model's precision", dev["name"])
+        strongly_typed, use_fp16_flag = network_typing(major, precision, fp16)
+        if use_fp16_flag and not getattr(builder, "platform_has_fast_fp16", True):
+            log.warning("%s has no fast FP16; the FP16 flag is set but TensorRT may keep FP32",
+                        dev["name"])
 
         # create_network(0): explicit batch is the default in 10 and the only mode in 11;
-        # 11 is always strongly typed. On 10, ask for strong typing when the model already
-        # carries reduced precision so it is honoured as on 11 (the FP16 flag excludes it).
+        # 11 is always strongly typed, 10 only when asked (network_typing decides).
         flags = 0
         if major < 10:  # TensorRT 8.x (JetPack 5 / 6.0) still defaults to implicit batch
             flags |= 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
-        strongly_typed = major >= 11
         st_flag = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
-        if major < 11 and not use_fp16_flag and precision not in ("fp32", "unknown") and st_flag:
-            flags |= 1 << int(st_flag)
-            strongly_typed = True
+        if major < 11 and strongly_typed:
+            if st_flag is None:
+                strongly_typed = False  # TensorRT 8.x: Q/DQ still works weakly typed
+                if precision == "int8":
+                    use_int8_flag = True
+            else:
+                flags |= 1 << int(st_flag)
         network = builder.create_network(flags)
         parser = trt.OnnxParser(network, trt_logger(trt))
         if not parser.parse_from_file(str(onnx_path)):
@@ -240,6 +278,8 @@ def build_engine(
         if use_fp16_flag:
             config.set_flag(trt.BuilderFlag.FP16)
             precision = "fp16"
+        if use_int8_flag:  # TensorRT 8.x explicit quantization needs the INT8 flag
+            config.set_flag(trt.BuilderFlag.INT8)
         if version_compatible:
             config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
         if hardware_compatibility == "ampere_plus":
@@ -319,6 +359,8 @@ def build_engine(
                 "compute_capability": dev["compute_capability"],
                 "sm": dev["sm"],
                 "arch": platform.machine(),
+                "l4t": key.l4t,
+                "key": key.slug(),
                 "hardware_compatibility": hardware_compatibility or "none",
                 "version_compatible": bool(version_compatible),
             },
