@@ -160,3 +160,34 @@ def test_shipped_config_serves_both_models() -> None:
     cfg = tomllib.loads((ROOT / "config.toml").read_text())
     names = [m["name"] for m in cfg["models"]]
     assert names == ["digits", "person"]
+
+
+def test_the_governor_steps_the_detector_down_its_ladder(make_daemon: Any,
+                                                         tmp_path: Path) -> None:
+    root = tmp_path / "sysfs"
+    root.mkdir()
+    cfg = person_config(tmp_path)
+    cfg.write_text(cfg.read_text() + f"""
+[governor]
+enabled = true
+sysfs_root = "{root}"
+interval_s = 0.2
+swap_min_interval_s = 0
+[[governor.levels]]
+name = "warm"
+enter_c = 70.0
+exit_c = 65.0
+ladder_steps = 1
+""")
+    d = make_daemon(cfg)
+    _, jpeg = photo("grace_hopper")
+    assert d.ctl({"op": "level", "level": "warm"})["status"] == "OK"
+    import time
+
+    end = time.monotonic() + 30
+    with d.client() as c:
+        while c.infer("person", ("jpeg", jpeg)).variant != "ssdlite-int8":
+            assert time.monotonic() < end, "no swap to the int8 rung"
+            time.sleep(0.1)
+        r = c.infer("person", ("jpeg", jpeg))
+    assert iou(best_box(r), TRUE_BOX["grace_hopper"]) >= 0.5  # the lighter rung still finds her
