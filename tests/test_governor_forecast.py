@@ -91,7 +91,7 @@ def test_forecast_on_quantised_heat_up_escalates_once_and_never_relaxes_while_ri
 
 def test_linear_forecast_still_follows_a_ramp(tmp_path: Path) -> None:
     """The legacy model is unchanged apart from the one-level cap."""
-    gov = governor(tmp_path, forecast_s=10.0, forecast_window_s=6.0)
+    gov = governor(tmp_path, forecast_s=10.0, forecast_window_s=6.0, forecast_model="linear")
     levels = [gov.step(reading(t, 55.0 + t), now=t).level for t in range(8)]
     assert levels.index("warm") <= 5
 

@@ -262,7 +262,8 @@ def test_default_counts_thermal_zones_not_hwmon(tmp_path: Path) -> None:
 
 # -- forecast ----------------------------------------------------------------------------------
 def test_forecast_acts_before_threshold(tmp_path: Path) -> None:
-    gov, _ = governor(tmp_path, forecast_s=10.0, forecast_window_s=6.0)
+    gov, _ = governor(tmp_path, forecast_s=10.0, forecast_window_s=6.0,
+                      forecast_model="linear")
     # +1 °C/s from 55 °C: the 70 °C threshold is 15 s away; the forecast sees it at 60 °C.
     levels = []
     for t in range(0, 8):

@@ -159,7 +159,7 @@ class GovernorConfig:
     dwell_s: float = 5.0
     forecast_s: float = 0.0
     forecast_window_s: float = 10.0
-    forecast_model: str = "linear"
+    forecast_model: str = "first_order"
     forecast_persist: int = 1
     forecast_settle_s: float = 10.0
     swap_min_interval_s: float = SWAP_INTERVAL_DWELLS * 5.0
@@ -185,8 +185,8 @@ class GovernorConfig:
         stale_policy = t.get("stale_policy", str, "hot", choices=STALE_POLICIES)
         dwell_s = t.get("dwell_s", float, 5.0, check=non_negative)
         forecast_s = t.get("forecast_s", float, 0.0, check=non_negative)
-        forecast_model = t.get("forecast_model", str, "linear", choices=FORECAST_MODELS)
-        model = forecast_model or "linear"
+        forecast_model = t.get("forecast_model", str, "first_order", choices=FORECAST_MODELS)
+        model = forecast_model or "first_order"
         default_window = FIRST_ORDER_WINDOW_S if model == "first_order" else 10.0
         forecast_window_s = t.get("forecast_window_s", float, default_window, check=positive)
         forecast_persist = t.get(
