@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Regenerate docs/images/governor-replay.png (and print the "Replay figures" table).
 
-The image is ``edged governor replay --plot`` on the shipped synthetic Pi 4 heat-up with
-the first-order forecast on (``forecast_s = 30``), so the docs show exactly what the
-command draws. The table lines are the figures docs/governor.md records per shipped
+The image is ``edged governor replay --plot`` on a shipped *recorded* trace (a Raspberry
+Pi CM5 in a closed uConsole under stress-ng, CC BY 4.0, see examples/traces/README.md),
+with its README's trip point (65 °C) and the first-order forecast on (``forecast_s =
+30``), so the docs show exactly what the command draws on real data. The table lines are the figures docs/governor.md records per shipped
 trace; rerun this after changing the policy and paste them there.
 
     python scripts/plot_governor_replay.py          # needs the plot extra (matplotlib)
@@ -37,7 +38,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "edged.toml"
         cfg.write_text(CONFIG)
-        replay(TRACES / "synthetic-pi4-heatup.csv", "--config", str(cfg), "--plot", str(IMAGE))
+        replay(TRACES / "uconsole-cm5-stress.csv", "--config", str(cfg), "--trip", "65",
+               "--plot", str(IMAGE))
         print(f"wrote {IMAGE.relative_to(ROOT)}")
         print("| trace | forecast | level changes | entries per level | ladder changes | "
               "first step down | device throttled | lead | top level by forecast |")
