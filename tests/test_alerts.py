@@ -36,6 +36,8 @@ HISTOGRAMS = {
     "edged_queue_duration_seconds",
     "edged_compute_duration_seconds",
     "edged_batch_size",
+    "edged_postprocess_duration_seconds",
+    "edged_detections_per_frame",
 }
 EDGED_METRICS = HISTOGRAMS | {
     "edged_requests_total",
@@ -46,6 +48,7 @@ EDGED_METRICS = HISTOGRAMS | {
     "edged_model_ready",
     "edged_active_variant_info",
     "edged_variant_swaps_total",
+    "edged_golden_checks_total",
     "edged_config_reloads_total",
     "edged_build_info",
     "edged_energy_joules_total",

@@ -19,11 +19,13 @@ def test_shipped_config_parses_into_typed_objects() -> None:
     assert isinstance(cfg, Config)
     assert cfg.server.endpoints == ("ipc://edged.sock", "tcp://127.0.0.1:5555")
     assert cfg.metrics.host == "127.0.0.1" and cfg.metrics.port == 9464
-    (m,) = cfg.models
+    m, p = cfg.models
     assert m.name == "digits" and m.required and m.max_batch_size == 8
     assert [v.name for v in m.variants] == ["cnn-fp32", "cnn-int8", "small-fp32"]
-    assert all(v.path.is_file() and v.path.is_absolute() for v in m.variants)
+    assert all(v.path.is_file() and v.path.is_absolute() for v in [*m.variants, *p.variants])
     assert m.preprocess is not None and m.preprocess.color == "gray"
+    assert p.name == "person" and [v.name for v in p.variants] == ["ssdlite-fp32", "ssdlite-int8"]
+    assert p.postprocess is not None and p.postprocess.decoder == "ssd"
     assert cfg.governor.enabled
 
 
