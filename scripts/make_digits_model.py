@@ -451,6 +451,9 @@ def model_json(acc: dict[str, float]) -> dict:
             "dtype": "float32",
         },
         "accuracy": {v: round(acc[v], 4) for v in VARIANTS},
+        # Read by `edged compile` (edged/compile/modeljson.py): validation and INT8
+        # calibration data when --val/--calib are not given.
+        "validation": "validation.npz",
     }
 
 
