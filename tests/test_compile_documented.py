@@ -10,6 +10,7 @@ them may be a rung.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -74,7 +75,7 @@ def test_equal_cost_digits_variants_make_one_rung(readme_run) -> None:
         assert "not measurably cheaper than" in reason and "1.15x" in reason, reason
     # Each rung after the first is >= 1.15x cheaper than the one above in every round.
     entries = {e.get("name"): e for e in ladder.collect(out)}
-    for upper, lower in zip(rungs, rungs[1:], strict=False):
+    for upper, lower in itertools.pairwise(rungs):
         b1, big = ladder.speedup(entries[upper], entries[lower])
         assert max(b1, big or 0.0) >= ladder.MIN_SPEEDUP, (upper, lower, b1, big)
     assert len(entries[rungs[0]]["speed"]["rounds"]) == 3
