@@ -65,6 +65,10 @@ def unavailable() -> str | None:
     return None
 
 
+class NamespaceUnavailable(Exception):
+    """The namespaces or overlays could not be set up here (before systemd ran)."""
+
+
 class SystemdNamespace:
     """Boot, enter (``run``/``popen``) and power off a namespaced systemd."""
 
@@ -86,7 +90,9 @@ class SystemdNamespace:
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
         while time.monotonic() < end and not self.pid:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"namespace did not boot:\n{self.boot_log()}")
+                if "booting" not in self.boot_log():  # a mount or unshare was refused
+                    raise NamespaceUnavailable(self.boot_log().strip()[-300:])
+                raise RuntimeError(f"systemd exited while booting:\n{self.boot_log()}")
             try:
                 kids = children.read_text().split()
             except OSError:

@@ -151,3 +151,28 @@ def test_ladder_rule_picks_the_cheaper_of_two_int8s_only_when_it_is_measurably_c
     assert off == {}
     rendered = ladder.render([tiny, int8, batchy, fp32], Path("/x"))
     assert tomllib.loads(rendered)["models"]["variants"][0]["name"] == "fp32"
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the VNNI check is for x86")
+def test_reduce_range_is_chosen_from_the_cpu_flags(tmp_path) -> None:
+    from edged.compile.ort_steps import lacks_vnni
+
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    vnni = tmp_path / "vnni"
+    vnni.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f avx512_vnni\n")
+    assert lacks_vnni(avx2) is True
+    assert lacks_vnni(vnni) is False
+    assert lacks_vnni(tmp_path / "missing") is False
+
+
+def test_int8_sidecar_records_the_weight_width(readme_run) -> None:
+    from edged.compile.ort_steps import lacks_vnni
+
+    out, log = readme_run
+    int8 = read_sidecar(out / "cnn-int8.onnx")
+    assert int8 is not None and int8["target"]["reduce_range"] is lacks_vnni()
+    if lacks_vnni():
+        assert "7-bit (reduce_range)" in int8["target"]["quantization"]
+        assert "int8: this CPU has no VNNI" in log
+        assert int8["validation"]["max_abs_diff"] < 0.5  # no saturation

@@ -56,6 +56,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="model.json with the preprocessing for uint8 images (default: the "
                         "one beside --val, else beside MODEL; see docs)")
     p.add_argument("--calib-method", default="minmax", choices=("minmax", "entropy", "percentile"))
+    p.add_argument("--int8-reduce-range", default="auto", choices=("auto", "on", "off"),
+                   help="7-bit INT8 weights; auto: on for an x86 CPU without VNNI, where "
+                        "ORT's U8S8 kernels saturate (default auto)")
     p.add_argument("--calib-limit", type=int, default=512, help="max calibration samples")
     p.add_argument("--max-drop", type=float, default=2.0,
                    help="reject a variant losing more accuracy points than this (default 2)")
@@ -170,12 +173,19 @@ def step_ort(ctx: Context, step: str) -> list[Path]:
     elif step == "int8":
         if ctx.calib is None:
             raise _Skip("no calibration data: pass --calib or --val, or name it in model.json")
+        choice = ctx.args.int8_reduce_range
+        reduce = choice == "on" or (choice == "auto" and ort_steps.lacks_vnni())
+        if choice == "auto" and reduce:
+            say("int8: this CPU has no VNNI (U8S8 would saturate): 7-bit weights "
+                "(--int8-reduce-range off to override)")
         path = ort_steps.to_int8_static(
             ctx.src, out / f"{ctx.name}-int8.onnx", ctx.inputs[0]["name"], ctx.calib.x,
-            method=ctx.args.calib_method, progress=ctx.progress)
+            method=ctx.args.calib_method, progress=ctx.progress, reduce_range=reduce)
         precision = "int8"
-        target = {"kind": "cpu", "quantization": "static QDQ, U8 activations, per-channel S8 "
-                  f"weights, {ctx.args.calib_method}", "calibration": ctx.calib.source}
+        bits = "7-bit (reduce_range)" if reduce else "S8"
+        target = {"kind": "cpu", "quantization": "static QDQ, U8 activations, per-channel "
+                  f"{bits} weights, {ctx.args.calib_method}", "calibration": ctx.calib.source,
+                  "reduce_range": reduce}
         options = {}
     else:
         path = ort_steps.to_int8_dynamic(ctx.src, out / f"{ctx.name}-dynint8.onnx")
