@@ -406,7 +406,7 @@ def _load_data(ctx: Context) -> None:
             "on random inputs (differences only)")
     if calib:
         ctx.calib = load_dataset(calib, ctx.inputs[0], pre, limit=a.calib_limit)
-    else:
+    elif "int8" in parse_steps(a.steps):
         say("note: no calibration data (no --calib, no --val, no model.json \"calibration\" "
             "or \"validation\"): INT8 steps are skipped")
 
