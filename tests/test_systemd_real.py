@@ -160,6 +160,11 @@ def test_no_hardening_directive_fails_the_start(ns: SystemdNamespace) -> None:
                 or "failed with result" in m]
     assert not failures, failures
     assert any(m.startswith("edged.server: ready") for m in unit_log)
+    # Nothing in the unit or its drop-ins was ignored or refused when systemd parsed it.
+    parsing = [m for m in map(_message, journal(ns, "-b", "_PID=1"))
+               if "edged.service" in m and any(w in m for w in
+                                               ("Unknown", "ignoring", "Ignoring", "invalid"))]
+    assert not parsing, parsing
     s = ns.show(UNIT, "NoNewPrivileges", "ProtectSystem", "PrivateDevices", "PrivateUsers",
                 "MemoryDenyWriteExecute", "SystemCallFilter", "RestrictAddressFamilies")
     assert s["NoNewPrivileges"] == "yes" and s["ProtectSystem"] == "strict"
