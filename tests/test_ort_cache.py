@@ -41,8 +41,10 @@ def _stamp(p: Path) -> tuple[int, int]:
     return st.st_ino, st.st_mtime_ns
 
 
-def test_first_load_writes_the_cache_and_the_second_loads_it(model, tmp_path, caplog) -> None:
-    cache = tmp_path / "cache" / "cnn.opt.onnx"
+@pytest.mark.parametrize("suffix", [".onnx", ".ort"])  # ORT picks the format by suffix
+def test_first_load_writes_the_cache_and_the_second_loads_it(model, tmp_path, caplog,
+                                                             suffix: str) -> None:
+    cache = tmp_path / "cache" / f"cnn.opt{suffix}"
     cache.parent.mkdir()
     caplog.set_level(logging.INFO, logger="edged.backends.onnxruntime")
     ref = _open(model, None).run({"input": X})["logits"]
