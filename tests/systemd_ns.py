@@ -145,7 +145,13 @@ class SystemdNamespace:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(20)
         if self.proc.poll() is None:
-            for pid in (self.pid, self.proc.pid):
+            # PID 1 of the namespace first (its death kills every process in it), then
+            # unshare; also whatever child unshare has if systemd was never identified.
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+            kids: list[int] = []
+            with contextlib.suppress(OSError):
+                kids = [int(k) for k in children.read_text().split()]
+            for pid in [self.pid, *kids, self.proc.pid]:
                 if pid:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)

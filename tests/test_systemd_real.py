@@ -217,17 +217,20 @@ def test_stalled_inference_makes_the_watchdog_restart_it(ns: SystemdNamespace) -
 
 def test_stop_drains_queued_requests(ns: SystemdNamespace) -> None:
     _wait_state(ns, "active", 60)
-    client = _client(ns, "slow", TCP, "6", "30000")  # six requests, each a few 100 ms
+    # Six requests of ~0.25 s each here (3e4 extra Loop steps), so some are still
+    # queued when the stop arrives, and all fit well within drain_timeout_s (10 s).
+    client = _client(ns, "slow", TCP, "6", "3e4")
     assert client.stdout is not None
     assert json.loads(client.stdout.readline()).get("sent") == 6
-    time.sleep(0.3)
+    time.sleep(0.1)
     ns.run("systemctl", "stop", UNIT, timeout=60)
     res = _result(client)
     assert res["statuses"] == {"OK": 6}, res
     s = ns.show(UNIT, "ActiveState", "Result", "ExecMainStatus")
     assert s["ActiveState"] == "inactive" and s["Result"] == "success", s
     msgs = [_message(e) for e in journal(ns, "-b", "-u", UNIT)]
-    assert any(m.startswith("edged.server: draining") for m in msgs)
+    draining = [m for m in msgs if m.startswith("edged.server: draining")]
+    assert draining and int(draining[-1].rsplit("queued=", 1)[1]) >= 1, draining
     assert any(m.startswith("edged.server: stopped answered=") for m in msgs)
 
 
