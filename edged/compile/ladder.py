@@ -11,7 +11,9 @@ repeated measurement rounds (:mod:`edged.compile.bench`; other jobs on the machi
 only ever slow a round down, so the best round is the closest to the variant's own
 cost). The top rung is the most precise, most accurate variant (the fastest of
 equals); each next rung is the most precise, most accurate of the variants that
-are measurably cheaper than the last rung. Everything else is
+are measurably cheaper than the last rung *and* less precise or less accurate than
+it: variants of equal quality compete for one rung (the fastest wins), because a
+step between them trades nothing and their order would be decided by noise. Everything else is
 written commented out, "not on the ladder", with the reason and the ratios, so
 equal-cost variants (fp32 next to its graph-optimized copy next to fp16 on a CPU)
 never become separate rungs whose order is decided by noise.
@@ -131,20 +133,35 @@ def plan(timed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, s
             rungs.append(remaining.pop(0))
             continue
         last = rungs[-1]
-        cheaper = [e for e in remaining if _cheaper(last, e)]
+        step = []
         for e in remaining:
-            if e not in cheaper:
-                b1, big = speedup(last, e)
-                ratios = f"b=1 {b1:.2f}x" + (f", b={e['speed']['max_batch']} {big:.2f}x"
-                                              if big is not None else "")
-                off[_name(e)] = (f"not measurably cheaper than {_name(last)} ({ratios}; a "
-                                 f"rung must be >= {MIN_SPEEDUP}x faster at batch 1 or at "
-                                 "the max batch, best round against best round)")
-        if not cheaper:
+            reason = _why_not_below(last, e)
+            if reason:
+                off[_name(e)] = reason
+            else:
+                step.append(e)
+        if not step:
             break
-        rungs.append(cheaper.pop(0))
-        remaining = cheaper
+        rungs.append(step.pop(0))
+        remaining = step
     return rungs, off
+
+
+def _why_not_below(last: dict[str, Any], e: dict[str, Any]) -> str | None:
+    """Why ``e`` cannot be a rung below ``last``, or None when it can."""
+    if _quality(e)[:2] == _quality(last)[:2]:
+        # Equal quality: a step between them trades nothing, and which one is cheaper
+        # is within the noise of sequential measurements; the faster one is the rung.
+        return (f"as precise and as accurate as {_name(last)}, which measured faster "
+                "(a rung must give up precision or accuracy for its saving)")
+    if _cheaper(last, e):
+        return None
+    b1, big = speedup(last, e)
+    ratios = f"b=1 {b1:.2f}x" + (f", b={e['speed']['max_batch']} {big:.2f}x"
+                                  if big is not None else "")
+    return (f"not measurably cheaper than {_name(last)} ({ratios}; a rung must be >= "
+            f"{MIN_SPEEDUP}x faster at batch 1 or at the max batch, best round against "
+            "best round)")
 
 
 def _name(e: dict[str, Any]) -> str:
