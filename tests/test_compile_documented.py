@@ -146,7 +146,7 @@ def test_equal_quality_variants_never_make_two_rungs() -> None:
     """fp32 and its graph-optimized copy give the same outputs: even when noise makes
     one look 1.3x cheaper at the max batch, they compete for one rung."""
     fp32 = _entry("fp32", "fp32", [1.0, 1.0, 1.0], [800, 800, 800])
-    opt = _entry("fp32-opt", "fp32", [1.0, 1.01, 1.02], [1040, 1000, 990])
+    opt = _entry("fp32-opt", "fp32", [1.01, 1.02, 1.03], [1040, 1000, 990])
     int8 = _entry("int8", "int8", [0.5, 0.5, 0.5], [1600, 1600, 1600], accuracy=99.0)
     rungs, off = ladder.plan([opt, int8, fp32])
     assert [r["name"] for r in rungs] == ["fp32", "int8"]
