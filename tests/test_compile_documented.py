@@ -190,3 +190,23 @@ def test_int8_sidecar_records_the_weight_width(readme_run) -> None:
         assert "7-bit (reduce_range)" in int8["target"]["quantization"]
         assert "int8: this CPU has no VNNI" in log
         assert int8["validation"]["max_abs_diff"] < 0.5  # no saturation
+
+
+def test_a_rung_must_survive_the_interleaved_re_timing() -> None:
+    fp32 = _entry("fp32", "fp32", [1.0, 1.0, 1.0], [800, 800, 800])
+    fp16 = _entry("fp16", "fp16", [0.8, 0.8, 0.8], [1000, 1000, 1000])  # 1.25x on record
+    int8 = _entry("int8", "int8", [0.4, 0.4, 0.4], [2000, 2000, 2000], accuracy=98.0)
+    asked: list[tuple[str, str]] = []
+
+    def confirm(upper: dict[str, Any], lower: dict[str, Any]) -> tuple[float, float] | None:
+        asked.append((upper["name"], lower["name"]))
+        if lower["name"] == "fp16":
+            return 1.02, 0.99  # side by side, the same cost
+        return None  # cannot run here: the recorded figures stand
+
+    rungs, off = ladder.plan([fp32, fp16, int8], confirm)
+    assert [r["name"] for r in rungs] == ["fp32", "int8"]
+    assert "timed interleaved with it" in off["fp16"] and "b=1 1.02x" in off["fp16"]
+    assert asked == [("fp32", "fp16"), ("fp32", "int8")]
+    text = ladder.render([fp32, fp16, int8], Path("/x"), confirm)
+    assert "# rung: cheaper than fp32 by b=1 2.50x, b=8 2.50x (best round" in text

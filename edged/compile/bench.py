@@ -89,3 +89,29 @@ def measure(backend: Backend, max_batch: int, runs: int = 50, budget_s: float = 
         threads=threads,
         rounds=rounds,
     )
+
+
+def compare(upper: Backend, lower: Backend, max_batch: int, runs: int = 30,
+            budget_s: float = 3.0) -> tuple[float, float]:
+    """How much cheaper ``lower`` is than ``upper``, timed interleaved.
+
+    Why: figures measured minutes apart on a shared machine differ by more than
+    the 15 % a ladder rung must save. Here both run in alternation, ``ROUNDS``
+    times, so load hits both alike; the result is the least favourable round's
+    ratio (batch-1 median latency, and rows/s at ``max_batch``).
+    """
+    per_round = max(3, -(-runs // ROUNDS))
+    b1: list[float] = []
+    big: list[float] = []
+    for i in range(ROUNDS):
+        warm = 3 if i == 0 else 0
+        t = budget_s / (4 * ROUNDS)
+        up1 = float(np.median(_times(upper, 1, per_round, t, minimum=3, warmup=warm)))
+        lo1 = float(np.median(_times(lower, 1, per_round, t, minimum=3, warmup=warm)))
+        upn = float(np.median(_times(upper, max_batch, max(2, per_round // 2), t, minimum=2,
+                                     warmup=warm)))
+        lon = float(np.median(_times(lower, max_batch, max(2, per_round // 2), t, minimum=2,
+                                     warmup=warm)))
+        b1.append(up1 / lo1)
+        big.append(upn / lon)
+    return min(b1), min(big)

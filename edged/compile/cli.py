@@ -473,13 +473,41 @@ def run(args: argparse.Namespace) -> int:
     if "validate" in steps:
         for p in _existing_artifacts(ctx.out):
             _check(ctx, p)
-    toml = ladder.write(ctx.out, args.relative_to)
+    toml = ladder.write(ctx.out, args.relative_to, confirm=_confirmer(ctx))
     say(f"wrote {toml}")
     if ctx.failures:
         say(f"failed steps: {', '.join(ctx.failures)}")
     if ctx.rejected:
         say(f"rejected: {', '.join(ctx.rejected)} (see {ctx.out / 'rejected'}; --force keeps)")
     return 1 if ctx.failures or ctx.rejected or skipped_only else 0
+
+
+def _confirmer(ctx: Context) -> Any:
+    """``ladder.Confirm``: re-time two variants interleaved, None if one cannot run here."""
+    from edged.compile import bench
+    from edged.compile.runners import open_variant
+
+    a = ctx.args
+
+    def confirm(upper: dict[str, Any], lower: dict[str, Any]) -> tuple[float, float] | None:
+        opened = []
+        try:
+            for e in (upper, lower):
+                opened.append(open_variant(e.get("backend", "onnxruntime"), e["_artifact"],
+                                           a.threads, a.max_batch))
+            ratios = bench.compare(opened[0], opened[1], a.max_batch, a.bench_runs)
+        except Exception as ex:  # built for another machine, no GPU, ...: keep the figures
+            say(f"ladder: cannot re-time {upper.get('name')} against {lower.get('name')} "
+                f"here ({type(ex).__name__}: {ex}); using the recorded figures")
+            return None
+        finally:
+            for be in opened:
+                be.close()
+        say(f"ladder: {lower.get('name')} vs {upper.get('name')}, timed interleaved: "
+            f"b=1 {ratios[0]:.2f}x, b={a.max_batch} {ratios[1]:.2f}x cheaper")
+        return ratios
+
+    return confirm
 
 
 def _check(ctx: Context, p: Path) -> None:

@@ -9,7 +9,10 @@ rung must be measurably cheaper than the rung above it: at least ``MIN_SPEEDUP``
 times faster at batch 1 or at the max batch, comparing each variant's best of its
 repeated measurement rounds (:mod:`edged.compile.bench`; other jobs on the machine
 only ever slow a round down, so the best round is the closest to the variant's own
-cost). The top rung is the most precise, most accurate variant (the fastest of
+cost). A variant those figures make a rung is then re-timed interleaved with the
+rung above (``confirm``, :func:`edged.compile.bench.compare`) where both run on
+this machine, and must be cheaper in every interleaved round. The top rung is the
+most precise, most accurate variant (the fastest of
 equals); each next rung is the most precise, most accurate of the variants that
 are measurably cheaper than the last rung *and* less precise or less accurate than
 it: variants of equal quality compete for one rung (the fastest wins), because a
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +88,10 @@ def _toml_value(v: Any) -> str:
 
 MIN_SPEEDUP = 1.15
 
+#: ``confirm(upper, lower)`` re-times both interleaved and returns (b=1, max-batch)
+#: speed-ups, or None when they cannot run here; see :func:`edged.compile.bench.compare`.
+Confirm = Callable[[dict[str, Any], dict[str, Any]], "tuple[float, float | None] | None"]
+
 
 def _rounds(e: dict[str, Any], key: str) -> list[float]:
     """Per-round figures, or the single figure for sidecars written before rounds."""
@@ -110,8 +118,7 @@ def _best_latency(e: dict[str, Any]) -> float:
     return min(_rounds(e, "latency_ms_p50"))
 
 
-def _cheaper(upper: dict[str, Any], lower: dict[str, Any]) -> bool:
-    b1, big = speedup(upper, lower)
+def _passes(b1: float, big: float | None) -> bool:
     return b1 >= MIN_SPEEDUP or (big is not None and big >= MIN_SPEEDUP)
 
 
@@ -120,9 +127,12 @@ def _quality(e: dict[str, Any]) -> tuple[int, float, float]:
     return (-_rank(e), -_accuracy(e), _best_latency(e))
 
 
-def plan(timed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+def plan(timed: list[dict[str, Any]], confirm: Confirm | None = None,
+         ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Pick the rungs (heaviest first) and give every other variant its reason.
 
+    With ``confirm``, a variant whose recorded figures make it a rung is re-timed
+    interleaved with the rung above, and is a rung only if that confirms it.
     Returns the rungs and ``{name: reason}`` for the variants left off.
     """
     remaining = sorted(timed, key=_quality)
@@ -135,7 +145,7 @@ def plan(timed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, s
         last = rungs[-1]
         step = []
         for e in remaining:
-            reason = _why_not_below(last, e)
+            reason = _why_not_below(last, e, confirm)
             if reason:
                 off[_name(e)] = reason
             else:
@@ -147,21 +157,28 @@ def plan(timed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, s
     return rungs, off
 
 
-def _why_not_below(last: dict[str, Any], e: dict[str, Any]) -> str | None:
+def _why_not_below(last: dict[str, Any], e: dict[str, Any],
+                   confirm: Confirm | None = None) -> str | None:
     """Why ``e`` cannot be a rung below ``last``, or None when it can."""
     if _quality(e)[:2] == _quality(last)[:2]:
         # Equal quality: a step between them trades nothing, and which one is cheaper
         # is within the noise of sequential measurements; the faster one is the rung.
         return (f"as precise and as accurate as {_name(last)}, which measured faster "
                 "(a rung must give up precision or accuracy for its saving)")
-    if _cheaper(last, e):
-        return None
     b1, big = speedup(last, e)
+    how = "best round against best round"
+    if _passes(b1, big) and confirm is not None:
+        again = confirm(last, e)
+        if again is not None:
+            b1, big = again
+            how = "timed interleaved with it, least favourable of 3 rounds"
+    if _passes(b1, big):
+        e["_speedup"] = {"over": _name(last), "b1": b1, "max_batch": big, "how": how}
+        return None
     ratios = f"b=1 {b1:.2f}x" + (f", b={e['speed']['max_batch']} {big:.2f}x"
                                   if big is not None else "")
-    return (f"not measurably cheaper than {_name(last)} ({ratios}; a rung must be >= "
-            f"{MIN_SPEEDUP}x faster at batch 1 or at the max batch, best round against "
-            "best round)")
+    return (f"not measurably cheaper than {_name(last)} ({ratios}, {how}; a rung must be "
+            f">= {MIN_SPEEDUP}x faster at batch 1 or at the max batch)")
 
 
 def _name(e: dict[str, Any]) -> str:
@@ -185,6 +202,12 @@ def _block(e: dict[str, Any], relative_to: Path, reason: str | None) -> list[str
     block = [f"# {name}: {e.get('backend')} {e.get('precision', '')}; " + "; ".join(comment)]
     if e.get("forced"):
         block.append("# FORCED: this variant failed validation (--force)")
+    gain = e.get("_speedup")
+    if gain and not reason:
+        big = "" if gain["max_batch"] is None else \
+            f", b={s['max_batch']} {gain['max_batch']:.2f}x"
+        block.append(f"# rung: cheaper than {gain['over']} by b=1 {gain['b1']:.2f}x{big} "
+                     f"({gain['how']})")
     path = os.path.relpath(e["_artifact"].resolve(), relative_to.resolve())
     body = ["[[models.variants]]", f"name = {_toml_value(name)}",
             f"backend = {_toml_value(e.get('backend'))}", f"path = {_toml_value(path)}"]
@@ -198,19 +221,21 @@ def _block(e: dict[str, Any], relative_to: Path, reason: str | None) -> list[str
     return [*block, *body, ""]
 
 
-def render(entries: list[dict[str, Any]], relative_to: Path) -> str:
+def render(entries: list[dict[str, Any]], relative_to: Path,
+           confirm: Confirm | None = None) -> str:
     usable = [e for e in entries if (e.get("validation") or {}).get("passed", True)
               or e.get("forced")]
     timed = [e for e in usable if _latency(e) is not None]
     untimed = [e for e in usable if _latency(e) is None]
-    rungs, off = plan(timed)
+    rungs, off = plan(timed, confirm)
     others = sorted((e for e in timed if e not in rungs), key=lambda e: -float(_latency(e) or 0))
     lines = [
         "# Generated by `edged compile`: paste under the model's [[models]] table.",
         "# The governor's ladder, heaviest first: each rung is >= "
         f"{MIN_SPEEDUP}x faster than the one above",
-        "# at batch 1 or at the max batch (best measurement round each); the variants after",
-        "# the rungs are commented out, each with the reason it is not on the ladder.",
+        "# at batch 1 or at the max batch (best measurement round each, confirmed by timing",
+        "# the two interleaved where they run here); the variants after the rungs are",
+        "# commented out, each with the reason it is not on the ladder.",
         f"# Paths are relative to {relative_to.resolve()} (put the config there or adjust).",
         "",
     ]
@@ -223,7 +248,7 @@ def render(entries: list[dict[str, Any]], relative_to: Path) -> str:
     return "\n".join(lines)
 
 
-def write(out_dir: Path, relative_to: Path) -> Path:
+def write(out_dir: Path, relative_to: Path, confirm: Confirm | None = None) -> Path:
     out = out_dir / "variants.toml"
-    out.write_text(render(collect(out_dir), relative_to))
+    out.write_text(render(collect(out_dir), relative_to, confirm))
     return out
