@@ -16,7 +16,8 @@ Outputs (heaviest first, the governor's ladder):
 * ``small-fp32.onnx`` a much smaller CNN, the cheapest rung
 
 plus ``samples/`` (held-out images as PNG/JPEG), ``validation.npz`` (the held-out
-set), ``model.json`` (I/O names, labels, preprocessing, accuracy) and ``README.md``.
+set), ``model.json`` (I/O names, labels, preprocessing, accuracy, the validation
+data `edged compile` uses) and ``README.md``.
 
 Torch is a build-time tool only; edged never imports it.
 
@@ -451,6 +452,9 @@ def model_json(acc: dict[str, float]) -> dict:
             "dtype": "float32",
         },
         "accuracy": {v: round(acc[v], 4) for v in VARIANTS},
+        # Read by `edged compile` (edged/compile/modeljson.py): validation and INT8
+        # calibration data when --val/--calib are not given.
+        "validation": "validation.npz",
     }
 
 

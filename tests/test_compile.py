@@ -87,16 +87,16 @@ def test_variants_toml_is_a_ladder(compiled) -> None:
     assert names & {"digits-fp32", "digits-fp32-opt"}, names
     for v in variants:
         assert (out / v["path"]).exists(), v
-    # Whatever is dominated is still listed, commented out, with the reason.
+    # Whatever is not on the ladder is still listed, commented out, with the reason.
     listed = {ln.split('"')[1] for ln in text.splitlines() if ln.startswith('# name = "')}
     assert listed and not listed & names
     assert text.count("# not on the ladder:") == len(listed)
     # Every measured variant has its figures in a comment, listed or commented out.
     assert text.count("b=1 p50") >= 6
-    # Heaviest first: latencies in the comments never increase down the file.
-    lat = [float(line.split("b=1 p50 ")[1].split(" ms")[0])
-           for line in text.splitlines() if "b=1 p50" in line]
-    assert lat == sorted(lat, reverse=True)
+    # The rungs come first; everything after the first variant left off is left off too.
+    blocks = text.split("\n\n")[1:]
+    on = ["\n[[models.variants]]" in "\n" + b for b in blocks if "models.variants" in b]
+    assert on == sorted(on, reverse=True), text
 
 
 def _break(path: Path) -> None:
@@ -243,7 +243,7 @@ def test_the_daemon_serves_the_generated_ladder(compiled) -> None:
     from conftest import Daemon
 
     out, _rc, _ = compiled
-    # Serve every accepted artifact: also those the ladder comments out as dominated
+    # Serve every accepted artifact: also those the ladder comments out (not measurably cheaper)
     # (untuned TVM is far slower than ORT on this CPU, but must still load and agree).
     ladder = re.sub(r"(?m)^# (\[\[models\.variants\]\]|\[models\.variants\.options\]|"
                     r"name = |backend = |path = |threads = )", r"\1",

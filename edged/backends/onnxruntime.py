@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from edged.backends import ort_cache
 from edged.backends.base import Backend, BackendInfo, BackendOptions, TensorSpec, require_file
 from edged.errors import ArtifactError
 from edged.schema import Table, non_negative
@@ -44,7 +45,7 @@ class Options(BackendOptions):
     threads: int = 0  # intra-op threads; 0 = ORT's default (one per physical core)
     inter_op_threads: int = 1
     graph_optimization_level: str = "all"
-    optimized_model_path: Path | None = None  # cache of the optimized graph (.onnx or .ort)
+    optimized_model_path: Path | None = None  # optimized-graph cache (.onnx/.ort), ort_cache.py
     providers: tuple[str, ...] = ("cpu",)  # tried in order; "auto" = tensorrt, cuda, cpu
     allow_spinning: bool = False
     provider_options: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -111,8 +112,6 @@ class OnnxRuntimeBackend(Backend):
         spin = "1" if options.allow_spinning else "0"
         so.add_session_config_entry("session.intra_op.allow_spinning", spin)
         so.add_session_config_entry("session.inter_op.allow_spinning", spin)
-        if options.optimized_model_path is not None:
-            so.optimized_model_filepath = str(options.optimized_model_path)
 
         available = set(ort.get_available_providers())
         wanted = [PROVIDERS[p] for p in options.providers]
@@ -126,10 +125,13 @@ class OnnxRuntimeBackend(Backend):
             chosen.append((p, opts) if opts else p)
         if not chosen:
             chosen = ["CPUExecutionProvider"]
-        try:
-            self.session = ort.InferenceSession(str(path), sess_options=so, providers=chosen)
-        except Exception as e:  # ORT raises its own Fail/InvalidGraph/... types
-            raise ArtifactError(f"onnxruntime cannot load {path}: {_short(e)}") from None
+        if options.optimized_model_path is None:
+            self.session = _session(ort, path, so, chosen)
+        else:
+            settings = {k: v for k, v in vars(options).items() if k != "optimized_model_path"}
+            self.session = ort_cache.cached_session(
+                ort, path, options.optimized_model_path, {**settings, "providers": chosen},
+                so, lambda model: _session(ort, model, so, chosen))
         actual = self.session.get_providers()
         self.inputs = [_spec(a) for a in self.session.get_inputs()]
         self.outputs = [_spec(a) for a in self.session.get_outputs()]
@@ -150,6 +152,13 @@ class OnnxRuntimeBackend(Backend):
 
     def close(self) -> None:
         self.session = None  # type: ignore[assignment]
+
+
+def _session(ort: Any, path: Path, so: Any, providers: list[Any]) -> Any:
+    try:
+        return ort.InferenceSession(str(path), sess_options=so, providers=providers)
+    except Exception as e:  # ORT raises its own Fail/InvalidGraph/... types
+        raise ArtifactError(f"onnxruntime cannot load {path}: {_short(e)}") from None
 
 
 def _short(e: Exception) -> str:

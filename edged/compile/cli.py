@@ -8,8 +8,9 @@ ladder (``DIR/variants.toml``) is rewritten from every sidecar in DIR at the end
 
 Exit status: 0 when every step that ran succeeded and no variant was rejected; 1
 when a step failed or a variant was rejected (unless ``--force``); 2 for bad usage.
-A ``tensorrt`` step without TensorRT/GPU is reported as skipped and does not fail
-the run, unless it was the only step asked for.
+A step that cannot run here (``tensorrt`` without TensorRT/GPU, ``int8`` without
+calibration data) is reported as skipped and does not fail the run, unless it was
+the only step asked for.
 """
 
 from __future__ import annotations
@@ -44,16 +45,24 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma list of {', '.join(STEPS)}, or all (default); "
                         "'validate' re-checks every artifact already in --out")
     p.add_argument("--name", help="variant name prefix (default: model file stem without -fp32)")
-    p.add_argument("--val", type=Path, help="validation data: .npz (x, y), .npy or image folder")
+    p.add_argument("--val", type=Path,
+                   help="validation data: .npz (x, y), .npy or image folder (default: what "
+                        "the model.json beside MODEL names as \"validation\")")
     p.add_argument("--calib", type=Path,
-                   help="INT8 calibration data: image folder, .npy or .npz (default: --val)")
+                   help="INT8 calibration data: image folder, .npy or .npz (default: "
+                        "model.json's \"calibration\", else the validation data; without "
+                        "any, INT8 steps are skipped)")
     p.add_argument("--preprocess", type=Path,
-                   help="model.json with the preprocessing for uint8 images (see docs)")
+                   help="model.json with the preprocessing for uint8 images (default: the "
+                        "one beside --val, else beside MODEL; see docs)")
     p.add_argument("--postprocess", type=Path,
                    help="a detector's [postprocess] TOML: validate by mAP@0.5 on --val, a "
                         ".npz with images and boxes or a folder of photos with boxes.csv "
                         "(see docs/detection.md)")
     p.add_argument("--calib-method", default="minmax", choices=("minmax", "entropy", "percentile"))
+    p.add_argument("--int8-reduce-range", default="auto", choices=("auto", "on", "off"),
+                   help="7-bit INT8 weights; auto: on for an x86 CPU without VNNI, where "
+                        "ORT's U8S8 kernels saturate (default auto)")
     p.add_argument("--calib-limit", type=int, default=512, help="max calibration samples")
     p.add_argument("--max-drop", type=float, default=2.0,
                    help="reject a variant losing more accuracy points than this (default 2)")
@@ -180,13 +189,20 @@ def step_ort(ctx: Context, step: str) -> list[Path]:
         precision, target, options = "fp16", {"kind": "any"}, {}
     elif step == "int8":
         if ctx.calib is None:
-            raise RuntimeError("needs calibration data: pass --calib (or --val)")
+            raise _Skip("no calibration data: pass --calib or --val, or name it in model.json")
+        choice = ctx.args.int8_reduce_range
+        reduce = choice == "on" or (choice == "auto" and ort_steps.lacks_vnni())
+        if choice == "auto" and reduce:
+            say("int8: this CPU has no VNNI (U8S8 would saturate): 7-bit weights "
+                "(--int8-reduce-range off to override)")
         path = ort_steps.to_int8_static(
             ctx.src, out / f"{ctx.name}-int8.onnx", ctx.inputs[0]["name"], ctx.calib.x,
-            method=ctx.args.calib_method, progress=ctx.progress)
+            method=ctx.args.calib_method, progress=ctx.progress, reduce_range=reduce)
         precision = "int8"
-        target = {"kind": "cpu", "quantization": "static QDQ, U8 activations, per-channel S8 "
-                  f"weights, {ctx.args.calib_method}", "calibration": ctx.calib.source}
+        bits = "7-bit (reduce_range)" if reduce else "S8"
+        target = {"kind": "cpu", "quantization": "static QDQ, U8 activations, per-channel "
+                  f"{bits} weights, {ctx.args.calib_method}", "calibration": ctx.calib.source,
+                  "reduce_range": reduce}
         options = {}
     else:
         path = ort_steps.to_int8_dynamic(ctx.src, out / f"{ctx.name}-dynint8.onnx")
@@ -389,17 +405,26 @@ def _existing_artifacts(out: Path) -> list[Path]:
 # -- main --------------------------------------------------------------------------------
 
 def _load_data(ctx: Context) -> None:
+    """Validation and calibration data: the flags, else what ``model.json`` names."""
+    from edged.compile import modeljson
     from edged.compile.data import Dataset, Preprocess, load_dataset
 
     a = ctx.args
-    pre = Preprocess.from_json(a.preprocess) if a.preprocess else None
-    if pre is None and a.val and (a.val.parent / "model.json").exists():
-        pre = Preprocess.from_json(a.val.parent / "model.json")
+    card_path = modeljson.beside(ctx.src)
+    card = modeljson.read(card_path) if card_path else None
+    val = a.val or (card.validation if card else None)
+    calib = a.calib or (card.calibration if card else None) or val
+    pre_json = a.preprocess
+    if pre_json is None and val and (val.parent / modeljson.NAME).exists():
+        pre_json = val.parent / modeljson.NAME
+    pre = Preprocess.from_json(pre_json or card_path) if (pre_json or card_path) else None
     if a.postprocess:
         _load_detection(ctx, pre)
         return
-    if a.val:
-        ctx.val = load_dataset(a.val, ctx.inputs[0], pre)
+    if val:
+        ctx.val = load_dataset(val, ctx.inputs[0], pre)
+        if not a.val:
+            say(f"validation data: {val} (named by {card_path})")
     else:
         import numpy as np
 
@@ -407,11 +432,13 @@ def _load_data(ctx: Context) -> None:
         x = np.random.default_rng(0).random(shape, dtype=np.float32)
         ctx.val = Dataset(x.astype(ctx.inputs[0]["dtype"]), None, "64 random inputs (no --val)",
                           synthetic=True)
-        say("note: no --val given: variants are compared on random inputs (differences only)")
-    if a.calib:
-        ctx.calib = load_dataset(a.calib, ctx.inputs[0], pre, limit=a.calib_limit)
-    elif a.val:
-        ctx.calib = load_dataset(a.val, ctx.inputs[0], pre, limit=a.calib_limit)
+        say("note: no --val given and no model.json \"validation\": variants are compared "
+            "on random inputs (differences only)")
+    if calib:
+        ctx.calib = load_dataset(calib, ctx.inputs[0], pre, limit=a.calib_limit)
+    elif "int8" in parse_steps(a.steps):
+        say("note: no calibration data (no --calib, no --val, no model.json \"calibration\" "
+            "or \"validation\"): INT8 steps are skipped")
 
 
 def _load_detection(ctx: Context, pre: Any) -> None:
@@ -487,8 +514,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 made = step_ort(ctx, step)
         except _Skip as e:
-            say(f"tensorrt: skipped — {e}")
-            skipped_only = steps == ["tensorrt"]
+            say(f"{step}: skipped — {e}")
+            skipped_only = steps == [step]
             continue
         except Exception as e:
             ctx.failures.append(step)
@@ -500,13 +527,41 @@ def run(args: argparse.Namespace) -> int:
     if "validate" in steps:
         for p in _existing_artifacts(ctx.out):
             _check(ctx, p)
-    toml = ladder.write(ctx.out, args.relative_to)
+    toml = ladder.write(ctx.out, args.relative_to, confirm=_confirmer(ctx))
     say(f"wrote {toml}")
     if ctx.failures:
         say(f"failed steps: {', '.join(ctx.failures)}")
     if ctx.rejected:
         say(f"rejected: {', '.join(ctx.rejected)} (see {ctx.out / 'rejected'}; --force keeps)")
     return 1 if ctx.failures or ctx.rejected or skipped_only else 0
+
+
+def _confirmer(ctx: Context) -> Any:
+    """``ladder.Confirm``: re-time two variants interleaved, None if one cannot run here."""
+    from edged.compile import bench
+    from edged.compile.runners import open_variant
+
+    a = ctx.args
+
+    def confirm(upper: dict[str, Any], lower: dict[str, Any]) -> tuple[float, float] | None:
+        opened = []
+        try:
+            for e in (upper, lower):
+                opened.append(open_variant(e.get("backend", "onnxruntime"), e["_artifact"],
+                                           a.threads, a.max_batch))
+            ratios = bench.compare(opened[0], opened[1], a.max_batch, a.bench_runs)
+        except Exception as ex:  # built for another machine, no GPU, ...: keep the figures
+            say(f"ladder: cannot re-time {upper.get('name')} against {lower.get('name')} "
+                f"here ({type(ex).__name__}: {ex}); using the recorded figures")
+            return None
+        finally:
+            for be in opened:
+                be.close()
+        say(f"ladder: {lower.get('name')} vs {upper.get('name')}, timed interleaved: "
+            f"b=1 {ratios[0]:.2f}x, b={a.max_batch} {ratios[1]:.2f}x cheaper")
+        return ratios
+
+    return confirm
 
 
 def _check(ctx: Context, p: Path) -> None:

@@ -4,17 +4,29 @@ Why from the sidecars and not from this run's results: steps may be run one at a
 time (``--steps int8`` today, ``--steps tvm`` tomorrow); the ladder must always
 cover every accepted artifact in the directory, with the figures measured for it.
 
-Order: by measured batch-1 latency, slowest first (the governor steps *down* the
-list when it must save heat or power). A variant that is slower than another
-without being more accurate or more precise (fp32 > fp16 > int8) gains nothing on
-the ladder (e.g. untuned TVM next to ORT fp32); it is written commented out, with
-the variant that beats it named, so it is not served by default.
+The rule (docs/compile.md, "Ladder"): a governor step must save something, so each
+rung must be measurably cheaper than the rung above it: at least ``MIN_SPEEDUP``
+times faster at batch 1 or at the max batch, comparing each variant's best of its
+repeated measurement rounds (:mod:`edged.compile.bench`; other jobs on the machine
+only ever slow a round down, so the best round is the closest to the variant's own
+cost). A variant those figures make a rung is then re-timed interleaved with the
+rung above (``confirm``, :func:`edged.compile.bench.compare`) where both run on
+this machine, and must be cheaper in every interleaved round. The top rung is the
+most precise, most accurate variant (the fastest of
+equals); each next rung is the most precise, most accurate of the variants that
+are measurably cheaper than the last rung *and* less precise or less accurate than
+it: variants of equal quality compete for one rung (the fastest wins), because a
+step between them trades nothing and their order would be decided by noise. Everything else is
+written commented out, "not on the ladder", with the reason and the ratios, so
+equal-cost variants (fp32 next to its graph-optimized copy next to fp16 on a CPU)
+never become separate rungs whose order is decided by noise.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,59 +86,169 @@ def _toml_value(v: Any) -> str:
     return json.dumps(str(v))
 
 
-def render(entries: list[dict[str, Any]], relative_to: Path) -> str:
+MIN_SPEEDUP = 1.15
+
+#: ``confirm(upper, lower)`` re-times both interleaved and returns (b=1, max-batch)
+#: speed-ups, or None when they cannot run here; see :func:`edged.compile.bench.compare`.
+Confirm = Callable[[dict[str, Any], dict[str, Any]], "tuple[float, float | None] | None"]
+
+
+def _rounds(e: dict[str, Any], key: str) -> list[float]:
+    """Per-round figures, or the single figure for sidecars written before rounds."""
+    s = e.get("speed") or {}
+    values = [float(r[key]) for r in s.get("rounds") or [] if r.get(key)]
+    return values or ([float(s[key])] if s.get(key) else [])
+
+
+def speedup(upper: dict[str, Any], lower: dict[str, Any]) -> tuple[float, float | None]:
+    """How much cheaper ``lower`` is than ``upper``, best round against best round.
+
+    Batch 1: the upper's fastest round's p50 over the lower's. Max batch: the
+    lower's best throughput over the upper's; None when they were measured at
+    different max batches.
+    """
+    b1 = _best_latency(upper) / _best_latency(lower)
+    su, sl = upper.get("speed") or {}, lower.get("speed") or {}
+    if su.get("max_batch") != sl.get("max_batch"):
+        return b1, None
+    return b1, max(_rounds(lower, "throughput_per_s")) / max(_rounds(upper, "throughput_per_s"))
+
+
+def _best_latency(e: dict[str, Any]) -> float:
+    return min(_rounds(e, "latency_ms_p50"))
+
+
+def _passes(b1: float, big: float | None) -> bool:
+    return b1 >= MIN_SPEEDUP or (big is not None and big >= MIN_SPEEDUP)
+
+
+def _quality(e: dict[str, Any]) -> tuple[int, float, float]:
+    """Sort key, best first: precision, accuracy, then the faster at batch 1."""
+    return (-_rank(e), -_accuracy(e), _best_latency(e))
+
+
+def plan(timed: list[dict[str, Any]], confirm: Confirm | None = None,
+         ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Pick the rungs (heaviest first) and give every other variant its reason.
+
+    With ``confirm``, a variant whose recorded figures make it a rung is re-timed
+    interleaved with the rung above, and is a rung only if that confirms it.
+    Returns the rungs and ``{name: reason}`` for the variants left off.
+    """
+    remaining = sorted(timed, key=_quality)
+    rungs: list[dict[str, Any]] = []
+    off: dict[str, str] = {}
+    while remaining:
+        if not rungs:
+            rungs.append(remaining.pop(0))
+            continue
+        last = rungs[-1]
+        step = []
+        for e in remaining:
+            reason = _why_not_below(last, e, confirm)
+            if reason:
+                off[_name(e)] = reason
+            else:
+                step.append(e)
+        if not step:
+            break
+        rungs.append(step.pop(0))
+        remaining = step
+    return rungs, off
+
+
+def _why_not_below(last: dict[str, Any], e: dict[str, Any],
+                   confirm: Confirm | None = None) -> str | None:
+    """Why ``e`` cannot be a rung below ``last``, or None when it can."""
+    if _quality(e)[:2] == _quality(last)[:2]:
+        # Equal quality: a step between them trades nothing, and which one is cheaper
+        # is within the noise of sequential measurements; the faster one is the rung.
+        return (f"as precise and as accurate as {_name(last)}, which measured faster "
+                "(a rung must give up precision or accuracy for its saving)")
+    b1, big = speedup(last, e)
+    how = "best round against best round"
+    if _passes(b1, big) and confirm is not None:
+        again = confirm(last, e)
+        if again is not None:
+            b1, big = again
+            how = "timed interleaved with it, least favourable of 3 rounds"
+    if _passes(b1, big):
+        e["_speedup"] = {"over": _name(last), "b1": b1, "max_batch": big, "how": how}
+        return None
+    ratios = f"b=1 {b1:.2f}x" + (f", b={e['speed']['max_batch']} {big:.2f}x"
+                                  if big is not None else "")
+    return (f"not measurably cheaper than {_name(last)} ({ratios}, {how}; a rung must be "
+            f">= {MIN_SPEEDUP}x faster at batch 1 or at the max batch)")
+
+
+def _name(e: dict[str, Any]) -> str:
+    return str(e.get("name") or e["_artifact"].stem)
+
+
+def _block(e: dict[str, Any], relative_to: Path, reason: str | None) -> list[str]:
+    name = _name(e)
+    v, s = e.get("validation") or {}, e.get("speed") or {}
+    comment = []
+    if s:
+        comment.append(f"b=1 p50 {s['latency_ms_p50']:.3f} ms, "
+                       f"b={s['max_batch']} {s['throughput_per_s']:,.0f}/s")
+    else:
+        comment.append("speed not measured here (cross-compiled or no device)")
+    if v.get("accuracy_pct") is not None:
+        comment.append(f"accuracy {v['accuracy_pct']:.2f}% "
+                       f"(drop {v.get('drop_pct', 0.0):+.2f} pts)")
+    if v.get("agreement_pct") is not None:
+        comment.append(f"top-1 agreement {v['agreement_pct']:.2f}%")
+    block = [f"# {name}: {e.get('backend')} {e.get('precision', '')}; " + "; ".join(comment)]
+    if e.get("forced"):
+        block.append("# FORCED: this variant failed validation (--force)")
+    gain = e.get("_speedup")
+    if gain and not reason:
+        big = "" if gain["max_batch"] is None else \
+            f", b={s['max_batch']} {gain['max_batch']:.2f}x"
+        block.append(f"# rung: cheaper than {gain['over']} by b=1 {gain['b1']:.2f}x{big} "
+                     f"({gain['how']})")
+    path = os.path.relpath(e["_artifact"].resolve(), relative_to.resolve())
+    body = ["[[models.variants]]", f"name = {_toml_value(name)}",
+            f"backend = {_toml_value(e.get('backend'))}", f"path = {_toml_value(path)}"]
+    opts = e.get("options") or {}
+    if opts:
+        body.append("[models.variants.options]")
+        body += [f"{k} = {_toml_value(val)}" for k, val in opts.items()]
+    if reason:
+        block.append(f"# not on the ladder: {reason}")
+        body = ["# " + b for b in body]
+    return [*block, *body, ""]
+
+
+def render(entries: list[dict[str, Any]], relative_to: Path,
+           confirm: Confirm | None = None) -> str:
     usable = [e for e in entries if (e.get("validation") or {}).get("passed", True)
               or e.get("forced")]
-    timed = sorted((e for e in usable if _latency(e) is not None),
-                   key=lambda e: -float(_latency(e) or 0.0))
+    timed = [e for e in usable if _latency(e) is not None]
     untimed = [e for e in usable if _latency(e) is None]
+    rungs, off = plan(timed, confirm)
+    others = sorted((e for e in timed if e not in rungs), key=lambda e: -float(_latency(e) or 0))
     lines = [
         "# Generated by `edged compile`: paste under the model's [[models]] table.",
-        "# Ordered heaviest -> lightest by measured batch-1 latency (the governor's ladder).",
+        "# The governor's ladder, heaviest first: each rung is >= "
+        f"{MIN_SPEEDUP}x faster than the one above",
+        "# at batch 1 or at the max batch (best measurement round each, confirmed by timing",
+        "# the two interleaved where they run here); the variants after the rungs are",
+        "# commented out, each with the reason it is not on the ladder.",
         f"# Paths are relative to {relative_to.resolve()} (put the config there or adjust).",
         "",
     ]
-    for e in [*timed, *untimed]:
-        name = e.get("name") or e["_artifact"].stem
-        v, s = e.get("validation") or {}, e.get("speed") or {}
-        beaten_by = None
-        lat = _latency(e)
-        if lat is not None:
-            for other in timed:
-                ol = _latency(other)
-                if other is not e and ol is not None and ol < lat * 0.95 \
-                        and _accuracy(other) >= _accuracy(e) and _rank(other) >= _rank(e):
-                    beaten_by = other.get("name")
-                    break
-        comment = []
-        if s:
-            comment.append(f"b=1 p50 {s['latency_ms_p50']:.3f} ms, "
-                           f"b={s['max_batch']} {s['throughput_per_s']:,.0f}/s")
-        else:
-            comment.append("speed not measured here (cross-compiled or no device)")
-        if v.get("accuracy_pct") is not None:
-            comment.append(f"accuracy {v['accuracy_pct']:.2f}% "
-                           f"(drop {v.get('drop_pct', 0.0):+.2f} pts)")
-        if v.get("agreement_pct") is not None:
-            comment.append(f"top-1 agreement {v['agreement_pct']:.2f}%")
-        block = [f"# {name}: {e.get('backend')} {e.get('precision', '')}; " + "; ".join(comment)]
-        if e.get("forced"):
-            block.append("# FORCED: this variant failed validation (--force)")
-        path = os.path.relpath(e["_artifact"].resolve(), relative_to.resolve())
-        body = ["[[models.variants]]", f"name = {_toml_value(name)}",
-                f"backend = {_toml_value(e.get('backend'))}", f"path = {_toml_value(path)}"]
-        opts = e.get("options") or {}
-        if opts:
-            body.append("[models.variants.options]")
-            body += [f"{k} = {_toml_value(val)}" for k, val in opts.items()]
-        if beaten_by:
-            block.append(f"# not on the ladder: {beaten_by} is faster, as accurate and as precise")
-            body = ["# " + b for b in body]
-        lines += [*block, *body, ""]
+    for e in rungs:
+        lines += _block(e, relative_to, None)
+    for e in others:
+        lines += _block(e, relative_to, off.get(_name(e), "not on the ladder"))
+    for e in untimed:
+        lines += _block(e, relative_to, None)
     return "\n".join(lines)
 
 
-def write(out_dir: Path, relative_to: Path) -> Path:
+def write(out_dir: Path, relative_to: Path, confirm: Confirm | None = None) -> Path:
     out = out_dir / "variants.toml"
-    out.write_text(render(collect(out_dir), relative_to))
+    out.write_text(render(collect(out_dir), relative_to, confirm))
     return out

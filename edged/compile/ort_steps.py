@@ -79,11 +79,37 @@ def _preprocessed(src: Path, tmp: Path) -> Path:
     return pre
 
 
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def lacks_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """True on an x86 CPU whose U8S8 kernels saturate (AVX2 without VNNI).
+
+    Why: there ORT multiplies U8 activations by S8 weights with VPMADDUBSW, whose
+    int16 pair sums saturate; on the digits CNN that moved logits by up to 1.45
+    (0.15 with 7-bit weights, ``reduce_range``). ORT's quantization docs recommend
+    ``reduce_range`` on such CPUs. ARM and VNNI x86 do not saturate.
+    """
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i686"):
+        return False
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return False
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines()
+                  if ln.startswith("flags")), [])
+    return bool(flags) and not any(f in flags for f in VNNI_FLAGS)
+
+
 def to_int8_static(
     src: Path, out: Path, input_name: str, calib: np.ndarray, *, method: str = "minmax",
     batch: int = 16, progress: bool = True, symmetric: bool = False,
+    reduce_range: bool = False,
 ) -> Path:
-    """QDQ, U8 activations, per-channel S8 weights, calibrated on ``calib``.
+    """QDQ, U8 activations, per-channel S8 weights (7-bit with ``reduce_range``),
+    calibrated on ``calib``.
 
     ``symmetric``: S8 activations with zero points of 0 and float biases instead, the
     only QDQ form TensorRT parses (its parser refuses non-zero zero points and int32
@@ -113,6 +139,7 @@ def to_int8_static(
             quant_format=QuantFormat.QDQ, per_channel=True,
             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
             weight_type=QuantType.QInt8, calibrate_method=methods[method],
+            reduce_range=reduce_range,
             extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
                            "QuantizeBias": False} if symmetric else None,
         )

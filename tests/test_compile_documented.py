@@ -1,0 +1,212 @@
+"""`edged compile` as the README and docs/compile.md show it, and the ladder rule.
+
+The README's command, ``edged compile MODEL.onnx --out DIR``, runs verbatim as a
+subprocess (the installed console script, real ORT and TVM) on the shipped digits
+model: it must find the validation data through ``models/digits/model.json`` and
+exit 0. Its ``variants.toml`` is then checked against the ladder rule: the digits
+CNN's fp32, graph-optimized fp32 and fp16 cost the same on a CPU, so only one of
+them may be a rung.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edged.compile import ladder, modeljson
+from edged.compile.sidecar import read_sidecar
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = Path("models/digits/cnn-fp32.onnx")  # as typed in the README, from the repo root
+EDGED = Path(sys.executable).parent / "edged"
+
+
+def _edged(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([str(EDGED), *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def readme_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    if not EDGED.exists():
+        pytest.skip(f"no console script {EDGED} (pip install -e '.[compile,tvm]')")
+    out = tmp_path_factory.mktemp("readme") / "DIR"
+    r = _edged("compile", str(MODEL), "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out, r.stdout
+
+
+def test_the_readme_command_is_the_documented_one() -> None:
+    assert "`edged compile MODEL.onnx --out DIR`" in (ROOT / "README.md").read_text()
+    assert "`edged compile MODEL.onnx --out DIR`" in (ROOT / "docs/compile.md").read_text()
+
+
+def test_readme_command_uses_the_data_model_json_names(readme_run) -> None:
+    out, log = readme_run
+    assert "validation data: models/digits/validation.npz (named by models/digits/model.json)" \
+        in log, log
+    int8 = read_sidecar(out / "cnn-int8.onnx")
+    assert int8 is not None and "validation.npz (450 samples)" in int8["target"]["calibration"]
+    assert int8["validation"]["samples"] == 450 and int8["validation"]["accuracy_pct"] > 95
+    assert "FAILED" not in log
+
+
+def test_equal_cost_digits_variants_make_one_rung(readme_run) -> None:
+    out, _ = readme_run
+    text = (out / "variants.toml").read_text()
+    rungs = [v["name"] for v in tomllib.loads(text)["models"]["variants"]]
+    equal_cost = {"cnn-fp32", "cnn-fp32-opt", "cnn-fp16"}
+    assert len(equal_cost & set(rungs)) == 1, text
+    assert rungs[0] in {"cnn-fp32", "cnn-fp32-opt"}  # the most precise heads the ladder
+    assert "cnn-int8" in rungs, text  # ~2x cheaper on a CPU: a real step down
+    for name in equal_cost - set(rungs):
+        reason = next(ln for ln in text.split(f"# {name}:")[1].splitlines()
+                      if ln.startswith("# not on the ladder:"))
+        assert ("not measurably cheaper than" in reason and "1.15x" in reason) or \
+            reason.startswith(f"# not on the ladder: as precise and as accurate as {rungs[0]}"), \
+            reason
+    # Each rung after the first is >= 1.15x cheaper than the one above (best rounds).
+    entries = {e.get("name"): e for e in ladder.collect(out)}
+    for upper, lower in itertools.pairwise(rungs):
+        b1, big = ladder.speedup(entries[upper], entries[lower])
+        assert max(b1, big or 0.0) >= ladder.MIN_SPEEDUP, (upper, lower, b1, big)
+    assert len(entries[rungs[0]]["speed"]["rounds"]) == 3
+
+
+def test_without_calibration_data_int8_is_skipped_and_the_run_succeeds(tmp_path) -> None:
+    alone = tmp_path / "cnn-fp32.onnx"  # no model.json beside it, no --val/--calib
+    shutil.copy(ROOT / MODEL, alone)
+    r = _edged("compile", str(alone), "--out", str(tmp_path / "out"),
+               "--steps", "ort-opt,int8", "--bench-runs", "3", "--no-progress")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "INT8 steps are skipped" in r.stdout
+    assert "int8: skipped — no calibration data" in r.stdout
+    assert not (tmp_path / "out" / "cnn-int8.onnx").exists()
+    assert (tmp_path / "out" / "cnn-fp32-opt.onnx").exists()
+    # Asked for alone, a step that cannot run is an error (as tensorrt without a GPU).
+    r = _edged("compile", str(alone), "--out", str(tmp_path / "out2"), "--steps", "int8",
+               "--bench-runs", "3", "--no-progress")
+    assert r.returncode == 1 and "int8: skipped" in r.stdout
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"validation": 3}, "'validation' must be a path"),
+    ({"validation": "nope.npz"}, "'validation' names 'nope.npz'"),
+    ({"calibration": ""}, "'calibration' must be a path"),
+])
+def test_bad_model_json_data_keys_are_named(tmp_path, doc: dict[str, Any], message: str) -> None:
+    (tmp_path / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=message):
+        modeljson.read(tmp_path / "model.json")
+    shutil.copy(ROOT / MODEL, tmp_path / "m.onnx")
+    r = _edged("compile", str(tmp_path / "m.onnx"), "--out", str(tmp_path / "o"),
+               "--steps", "ort-opt")
+    assert r.returncode == 2 and message in r.stderr and "model.json" in r.stderr
+
+
+def _entry(name: str, precision: str, b1_rounds: list[float], thr_rounds: list[float],
+           accuracy: float = 99.0) -> dict[str, Any]:
+    rounds = [{"latency_ms_p50": b, "throughput_per_s": t}
+              for b, t in zip(b1_rounds, thr_rounds, strict=True)]
+    return {"name": name, "precision": precision, "_artifact": Path(f"/x/{name}.onnx"),
+            "validation": {"accuracy_pct": accuracy, "passed": True},
+            "speed": {"latency_ms_p50": sorted(b1_rounds)[1], "max_batch": 8,
+                      "throughput_per_s": sorted(thr_rounds)[1], "rounds": rounds}}
+
+
+def test_ladder_rule_on_constructed_figures() -> None:
+    fp32 = _entry("fp32", "fp32", [1.00, 1.02, 0.98], [800, 790, 810])
+    fp16 = _entry("fp16", "fp16", [0.95, 0.99, 1.01], [820, 800, 805])  # noise only
+    # 1.1x faster in every round, best against best: not measurably cheaper
+    lucky = _entry("lucky", "int8", [0.89, 0.90, 0.95], [830, 820, 800], accuracy=98.0)
+    # same latency, 1.25x the throughput at the max batch: cheaper
+    batchy = _entry("batchy", "int8", [0.99, 1.0, 1.0], [1020, 1030, 1040], accuracy=98.5)
+    small = _entry("small", "fp32", [0.1, 0.1, 0.11], [9000, 9100, 8900], accuracy=97.0)
+    rungs, off = ladder.plan([small, lucky, fp16, batchy, fp32])
+    # Most precise, then most accurate, heads: fp32. Of those measurably cheaper than
+    # fp32 (small; batchy at the max batch), the most precise is next: small. Nothing
+    # is measurably cheaper than small, so the ladder ends there.
+    assert [r["name"] for r in rungs] == ["fp32", "small"]
+    assert set(off) == {"fp16", "lucky", "batchy"}
+    assert off["fp16"].startswith("not measurably cheaper than fp32 (b=1 1.03x, b=8 1.01x")
+    assert off["lucky"].startswith("not measurably cheaper than fp32 (b=1 1.10x")
+
+
+def test_equal_quality_variants_never_make_two_rungs() -> None:
+    """fp32 and its graph-optimized copy give the same outputs: even when noise makes
+    one look 1.3x cheaper at the max batch, they compete for one rung."""
+    fp32 = _entry("fp32", "fp32", [1.0, 1.0, 1.0], [800, 800, 800])
+    opt = _entry("fp32-opt", "fp32", [1.01, 1.02, 1.03], [1040, 1000, 990])
+    int8 = _entry("int8", "int8", [0.5, 0.5, 0.5], [1600, 1600, 1600], accuracy=99.0)
+    rungs, off = ladder.plan([opt, int8, fp32])
+    assert [r["name"] for r in rungs] == ["fp32", "int8"]
+    assert off["fp32-opt"].startswith("as precise and as accurate as fp32, which measured")
+
+
+def test_ladder_rule_picks_the_cheaper_of_two_int8s_only_when_it_is_measurably_cheaper() -> None:
+    fp32 = _entry("fp32", "fp32", [1.0, 1.0, 1.0], [800, 800, 800])
+    int8 = _entry("int8", "int8", [0.5, 0.5, 0.5], [1600, 1600, 1600], accuracy=98.8)
+    batchy = _entry("batchy", "int8", [0.99, 1.0, 1.0], [1020, 1030, 1040], accuracy=98.9)
+    tiny = _entry("tiny", "int8", [0.2, 0.2, 0.2], [4000, 4000, 4000], accuracy=97.0)
+    rungs, off = ladder.plan([tiny, int8, batchy, fp32])
+    # batchy is more accurate than int8 and 1.25x cheaper at the max batch: next rung;
+    # int8 is 2x cheaper than batchy at batch 1: the rung after; then tiny.
+    assert [r["name"] for r in rungs] == ["fp32", "batchy", "int8", "tiny"]
+    assert off == {}
+    rendered = ladder.render([tiny, int8, batchy, fp32], Path("/x"))
+    assert tomllib.loads(rendered)["models"]["variants"][0]["name"] == "fp32"
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the VNNI check is for x86")
+def test_reduce_range_is_chosen_from_the_cpu_flags(tmp_path) -> None:
+    from edged.compile.ort_steps import lacks_vnni
+
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    vnni = tmp_path / "vnni"
+    vnni.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f avx512_vnni\n")
+    assert lacks_vnni(avx2) is True
+    assert lacks_vnni(vnni) is False
+    assert lacks_vnni(tmp_path / "missing") is False
+
+
+def test_int8_sidecar_records_the_weight_width(readme_run) -> None:
+    from edged.compile.ort_steps import lacks_vnni
+
+    out, log = readme_run
+    int8 = read_sidecar(out / "cnn-int8.onnx")
+    assert int8 is not None and int8["target"]["reduce_range"] is lacks_vnni()
+    if lacks_vnni():
+        assert "7-bit (reduce_range)" in int8["target"]["quantization"]
+        assert "int8: this CPU has no VNNI" in log
+        assert int8["validation"]["max_abs_diff"] < 0.5  # no saturation
+
+
+def test_a_rung_must_survive_the_interleaved_re_timing() -> None:
+    fp32 = _entry("fp32", "fp32", [1.0, 1.0, 1.0], [800, 800, 800])
+    fp16 = _entry("fp16", "fp16", [0.8, 0.8, 0.8], [1000, 1000, 1000])  # 1.25x on record
+    int8 = _entry("int8", "int8", [0.4, 0.4, 0.4], [2000, 2000, 2000], accuracy=98.0)
+    asked: list[tuple[str, str]] = []
+
+    def confirm(upper: dict[str, Any], lower: dict[str, Any]) -> tuple[float, float] | None:
+        asked.append((upper["name"], lower["name"]))
+        if lower["name"] == "fp16":
+            return 1.02, 0.99  # side by side, the same cost
+        return None  # cannot run here: the recorded figures stand
+
+    rungs, off = ladder.plan([fp32, fp16, int8], confirm)
+    assert [r["name"] for r in rungs] == ["fp32", "int8"]
+    assert "timed interleaved with it" in off["fp16"] and "b=1 1.02x" in off["fp16"]
+    assert asked == [("fp32", "fp16"), ("fp32", "int8")]
+    text = ladder.render([fp32, fp16, int8], Path("/x"), confirm)
+    assert "# rung: cheaper than fp32 by b=1 2.50x, b=8 2.50x (best round" in text
