@@ -4,7 +4,8 @@
 The image is ``edged governor replay --plot`` on a shipped *recorded* trace (a Raspberry
 Pi CM5 in a closed uConsole under stress-ng, CC BY 4.0, see examples/traces/README.md),
 with its README's trip point (65 °C) and the first-order forecast on (``forecast_s =
-30``), so the docs show exactly what the command draws on real data. The table lines are the figures docs/governor.md records per shipped
+30``), so the docs show exactly what the command draws on real data.
+The table lines are the figures docs/governor.md records per shipped
 trace; rerun this after changing the policy and paste them there.
 
     python scripts/plot_governor_replay.py          # needs the plot extra (matplotlib)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from edged.compile.sidecar import read_sidecar
 
 from edged.compile import ladder, modeljson
-from edged.compile.sidecar import read_sidecar
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = Path("models/digits/cnn-fp32.onnx")  # as typed in the README, from the repo root
