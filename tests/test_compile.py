@@ -22,6 +22,7 @@ from onnx import numpy_helper
 from edged.backends.sidecar import read_sidecar, sidecar_path, write_sidecar
 from edged.compile import cli
 from edged.compile.validate import compare
+from edged.golden import read_golden
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGITS = ROOT / "models" / "digits"
@@ -66,6 +67,9 @@ def test_every_cpu_variant_is_built_validated_and_timed(compiled) -> None:
         assert meta["validation"]["passed"] is True, (n, meta["validation"])
         assert meta["validation"]["samples"] == 64
         assert meta["speed"]["latency_ms_p50"] > 0 and meta["speed"]["throughput_per_s"] > 0
+        g = read_golden(out / n)  # what the daemon checks a swap to this variant against
+        assert g is not None and g.inputs["input"].shape[0] == 8, n
+        assert g.precision == meta["precision"] and g.outputs["logits"].shape == (8, 10)
     tvm_meta = read_sidecar(out / "digits-tvm-llvm.so")
     assert tvm_meta["batch_sizes"] is None and tvm_meta["tools"]["tvm"]
     assert tvm_meta["validation"]["agreement_pct"] == 100.0

@@ -363,6 +363,8 @@ def check_variant(ctx: Context, path: Path) -> None:
             if ctx.val.synthetic:  # random inputs: agreement is no accuracy proxy
                 v.passed, v.drop_pct = bool(v.max_abs_diff != float("inf")), 0.0
         s = bench.measure(be, a.max_batch, a.bench_runs, threads=a.threads)
+        if v.passed and ctx.detect is None:
+            _record_golden(be, path, ctx.val.x, meta.get("precision") or "fp32")
     finally:
         be.close()
     fields: dict[str, Any] = {"validation": {**v.to_json(), "data": ctx.val.source},
@@ -381,6 +383,17 @@ def check_variant(ctx: Context, path: Path) -> None:
         return
     update_sidecar(path, **fields)
     say(f"{path.name}: ok: {v.summary()}; {s.summary()}")
+
+
+def _record_golden(be: Any, path: Path, x: Any, precision: str) -> None:
+    """A few validation inputs and this artifact's own outputs on them, beside it: what
+    the daemon checks a swap candidate against (edged.golden)."""
+    from edged.backends.base import run_batch
+    from edged.golden import MAX_SAMPLES, write_golden
+
+    feeds = {be.inputs[0].name: x[:MAX_SAMPLES]}
+    if write_golden(path, feeds, run_batch(be, feeds), precision) is None:
+        say(f"{path.name}: golden inputs too large to record; swaps check the contract only")
 
 
 def _move_aside(path: Path, meta: dict[str, Any]) -> Path:
