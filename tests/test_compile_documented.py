@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edged.compile.sidecar import read_sidecar
 
+from edged.backends.sidecar import read_sidecar
 from edged.compile import ladder, modeljson
 
 ROOT = Path(__file__).resolve().parent.parent
