@@ -283,6 +283,10 @@ def quantize_int8(src: Path, dst: Path, calib_u8: np.ndarray) -> None:
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax,
+            # 7-bit weights: x86 CPUs without VNNI (AVX2 only) saturate U8xS8 products in
+            # ORT's int8 kernels; with 8-bit weights the held-out accuracy fell from 99.56%
+            # to 98.44% on such a CPU (ORT 1.32). 7 bits are exact everywhere.
+            reduce_range=True,
         )
     model = onnx.load(str(dst))
     model.doc_string = "edged digits classifier, int8 QDQ; see models/digits/README.md"
