@@ -292,7 +292,11 @@ class Model:
                                       f"model {self.name!r} has {', '.join(self._output_names)}")
         active = self.active
         assert active is not None
-        det = _DetectPrep(active, req.options) if active.post is not None else None
+        det = None
+        if active.post is not None:
+            from edged.detect.serving import DetectPrep
+
+            det = DetectPrep(active.post, req.options)
         specs = {s.name: s for s in self.inputs}
         feeds: dict[str, np.ndarray] = {}
         unnamed = [s.name for s in self.inputs]
@@ -333,7 +337,7 @@ class Model:
         return feeds, n, key, job
 
     def _tensor(self, i: int, meta: InputMeta, spec: TensorSpec,
-                det: _DetectPrep | None = None) -> np.ndarray:
+                det: Any = None) -> np.ndarray:
         if meta.encoding != "raw":
             if self.preprocessor is None or spec.name != self._pre_input:
                 raise InvalidArgument(f"inputs[{i}]: model {self.name!r} has no preprocessing "
@@ -508,36 +512,3 @@ def _reason_label(reason: str) -> str:
     """Bounded label values: the first word of the reason (governor, operator, reload)."""
     return reason.split(":", 1)[0].split()[0] if reason else "unknown"
 
-
-class _DetectPrep:
-    """Collects a detector request's transform while its input tensor is made."""
-
-    def __init__(self, loaded: Loaded, options: dict[str, Any]) -> None:
-        from edged.detect.serving import parse_options
-
-        self.post = loaded.post
-        self.options, self.raw = parse_options(self.post, options)
-        self.size: tuple[int, int] = self.post.input_size
-        self.transform: Any = None
-        self.frame: np.ndarray | None = None
-        self.color: str | None = None
-
-    def fit(self, pre: Preprocessor, frame: np.ndarray, color: str | None) -> np.ndarray:
-        from edged.detect.serving import fit_frame
-
-        tensor, self.transform = fit_frame(self.post, pre, frame, color, self.size)
-        self.frame, self.color = frame, color
-        return tensor
-
-    def identity(self) -> None:
-        from edged.detect.geometry import Transform
-
-        self.transform = Transform.identity(*self.size)
-
-    def job(self, keep_frame: bool) -> Any:
-        from edged.detect.serving import DetectJob
-
-        if self.transform is None:
-            raise InvalidArgument("a detection request needs its image input")
-        return DetectJob(self.options, self.transform, self.size,
-                         self.frame if keep_frame else None, self.color, self.raw)

@@ -81,3 +81,29 @@ def detect_batch(post: Postprocessor, outs: dict[str, np.ndarray],
                  jobs: list[DetectJob]) -> list[np.ndarray]:
     """Decode + NMS + map back for every request of a batch (one image each)."""
     return post.run(outs, [j.transform for j in jobs], [j.options for j in jobs])
+
+
+class DetectPrep:
+    """Collects a detector request's transform while its input tensor is made."""
+
+    def __init__(self, post: Postprocessor, options: dict[str, Any]) -> None:
+        self.post = post
+        self.options, self.raw = parse_options(post, options)
+        self.size: tuple[int, int] = self.post.input_size
+        self.transform: Any = None
+        self.frame: np.ndarray | None = None
+        self.color: str | None = None
+
+    def fit(self, pre: Preprocessor, frame: np.ndarray, color: str | None) -> np.ndarray:
+        tensor, self.transform = fit_frame(self.post, pre, frame, color, self.size)
+        self.frame, self.color = frame, color
+        return tensor
+
+    def identity(self) -> None:
+        self.transform = Transform.identity(*self.size)
+
+    def job(self, keep_frame: bool) -> Any:
+        if self.transform is None:
+            raise InvalidArgument("a detection request needs its image input")
+        return DetectJob(self.options, self.transform, self.size,
+                         self.frame if keep_frame else None, self.color, self.raw)
