@@ -248,7 +248,7 @@ def test_journald_gets_priorities_and_one_event_per_line(ns: SystemdNamespace) -
     by_prio = {e["PRIORITY"] for e in daemon}
     assert {"6", "3"} <= by_prio, by_prio  # info, and the watchdog's error line
     ready = next(_message(e) for e in daemon if "ready models=" in _message(e))
-    assert "models=digits,slow" in ready and "startup_ms=" in ready
+    assert "models=digits,person,slow" in ready and "startup_ms=" in ready
     err = next(e for e in daemon if "watchdog: no progress" in _message(e))
     assert err["PRIORITY"] == "3"
     assert all(e.get("_TRANSPORT") == "stdout" for e in daemon)
