@@ -789,10 +789,10 @@ then {VAL_OBJECTS[0]}-{VAL_OBJECTS[1]} non-overlapping digits, each 8x8 image sc
 {CELL_RANGE[0]}-{CELL_RANGE[1]} px square (`INTER_LINEAR`) and alpha-blended in an ink colour far
 from the local background. The box is the tight extent of the ink (alpha > 0.25).
 
-`val.npz`: {r.n_val} held-out scenes, {r.n_objects} digits. `images` uint8
-`[{r.n_val},160,160,3]` RGB; `boxes` float32 `[M,4]` x1,y1,x2,y2 in pixels;
-`classes` int64 `[M]`; `image_index` int64 `[M]` (the scene each box belongs to).
-Load with `np.load` (no pickle).
+`val.npz`: {r.n_val} held-out scenes, {r.n_objects} digits, in the format
+`edged compile --postprocess --val` reads: `images` uint8 `[{r.n_val},160,160,3]` **BGR**
+(as OpenCV decodes a client's frame); `boxes` float32 `[{r.n_objects},6]`, rows of
+image index, x1, y1, x2, y2 (pixels), class. Load with `np.load` (no pickle).
 
 ## Architecture
 
@@ -869,12 +869,28 @@ true colours): {samples}. `scene<i>` is row `i` of `val.npz`.
 def write_val(
     out: Path, images: np.ndarray, boxes: list[np.ndarray], classes: list[np.ndarray]
 ) -> None:
-    """The held-out set as flat arrays (no object arrays, so ``np.load`` needs no pickle)."""
-    index = np.concatenate([np.full(len(b), i, np.int64) for i, b in enumerate(boxes)])
-    np.savez_compressed(
-        out / "val.npz", images=images, boxes=np.concatenate(boxes).astype(np.float32),
-        classes=np.concatenate(classes).astype(np.int64), image_index=index,
-    )  # fmt: skip
+    """The held-out set in the format ``edged compile --postprocess --val`` reads.
+
+    ``images`` uint8 BGR (what a client sends and OpenCV decodes) and ``boxes``
+    float32 ``[G,6]``: image index, x1, y1, x2, y2, class. Plain arrays, so
+    ``np.load`` needs no pickle.
+    """
+    rows = [
+        np.column_stack((np.full(len(b), i), b, c)).astype(np.float32)
+        for i, (b, c) in enumerate(zip(boxes, classes, strict=True))
+    ]
+    bgr = np.ascontiguousarray(images[..., ::-1])
+    np.savez_compressed(out / "val.npz", images=bgr, boxes=np.concatenate(rows).reshape(-1, 6))
+
+
+def read_val(path: Path) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """``val.npz`` -> RGB scenes, per scene boxes [K,4] and classes [K]."""
+    with np.load(path) as z:
+        bgr, rows = z["images"], z["boxes"]
+    index = rows[:, 0].astype(np.int64)
+    boxes = [rows[index == i, 1:5] for i in range(len(bgr))]
+    classes = [rows[index == i, 5].astype(np.int64) for i in range(len(bgr))]
+    return np.ascontiguousarray(bgr[..., ::-1]), boxes, classes
 
 
 def write_samples(out: Path, images: np.ndarray, boxes: list[np.ndarray]) -> list[str]:
@@ -892,16 +908,39 @@ def write_samples(out: Path, images: np.ndarray, boxes: list[np.ndarray]) -> lis
     return names
 
 
-def build(out: Path, steps: int, batch: int, min_map: float = MIN_MAP) -> int:
+def trained(weights: Path | None, steps: int, batch: int, x_tr: np.ndarray, y_tr: np.ndarray):
+    """Train (and save to ``weights`` if given), or load ``weights`` if that file exists.
+
+    Why: re-exporting or re-documenting should not cost another training run.
+    Returns (net, steps, batch, training seconds) as recorded with the weights.
+    """
+    import torch
+
+    if weights is not None and weights.exists():
+        ck = torch.load(weights, weights_only=True)  # tensors and numbers only, no pickle code
+        net = build_net()
+        net.load_state_dict(ck["state"])
+        print(f"loaded {weights} (trained {ck['steps']} steps, not retraining)")
+        return net.eval(), int(ck["steps"]), int(ck["batch"]), float(ck["train_s"])
+    t0 = time.perf_counter()
+    net = train(steps, batch, x_tr, y_tr, SEED)
+    train_s = time.perf_counter() - t0
+    if weights is not None:
+        ck = {"state": net.state_dict(), "steps": steps, "batch": batch, "train_s": train_s}
+        torch.save(ck, weights)
+    return net, steps, batch, train_s
+
+
+def build(
+    out: Path, steps: int, batch: int, min_map: float = MIN_MAP, weights: Path | None = None
+) -> int:
     """Train, export, quantize, verify and document every file into ``out``; 0 on success."""
     x_tr, y_tr, x_te, y_te = digit_split()
     val_imgs, val_boxes, val_cls = make_scenes(N_VAL, SEED + 1, x_te, y_te)
     n_obj = sum(len(b) for b in val_boxes)
     print(f"data: {len(x_tr)} training digits; {N_VAL} held-out scenes with {n_obj} digits")
 
-    t0 = time.perf_counter()
-    net = train(steps, batch, x_tr, y_tr, SEED)
-    train_s = time.perf_counter() - t0
+    net, steps, batch, train_s = trained(weights, steps, batch, x_tr, y_tr)
     params, _ = cost(net, SIZE)
     macs = {s: cost(net, s)[1] for s in (SIZE, LOW_SIZE)}
     export_onnx(net, out / "det-fp32.onnx", SIZE)
@@ -937,10 +976,7 @@ def build(out: Path, steps: int, batch: int, min_map: float = MIN_MAP) -> int:
 
 def eval_only(out: Path) -> int:
     """Re-measure mAP and latency of the committed files (no torch)."""
-    with np.load(out / "val.npz") as z:
-        images, boxes, classes, index = z["images"], z["boxes"], z["classes"], z["image_index"]
-    gb = [boxes[index == i] for i in range(len(images))]
-    gc = [classes[index == i] for i in range(len(images))]
+    images, gb, gc = read_val(out / "val.npz")
     for v, size in VARIANTS.items():
         m = evaluate(out / f"{v}.onnx", size, images, gb, gc)
         print(f"{v:12s} held-out mAP@0.5 {m * 100:.2f}")
@@ -969,6 +1005,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-only", action="store_true", help="re-measure the existing files")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--min-map", type=float, default=MIN_MAP, help="fp32 mAP@0.5 gate")
+    ap.add_argument("--weights", type=Path, help="torch weights file: load if it exists "
+                    "(skip training), else train and save there")  # fmt: skip
     args = ap.parse_args(argv)
     out: Path = args.out
     if args.eval_only:
@@ -982,7 +1020,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".digits-det-build-") as tmp:
-        rc = build(Path(tmp), args.steps, args.batch, args.min_map)
+        rc = build(Path(tmp), args.steps, args.batch, args.min_map, args.weights)
         if rc != 0:
             print(f"nothing published; {out} unchanged")
             return rc

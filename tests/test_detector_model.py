@@ -49,13 +49,19 @@ def session(variant: str) -> ort.InferenceSession:
 
 @cache
 def val() -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
-    """Held-out scenes, and per scene its boxes [K,4] x1y1x2y2 and classes [K]."""
+    """Held-out scenes as RGB, and per scene its boxes [K,4] x1y1x2y2 and classes [K].
+
+    On disk (the ``edged compile --postprocess --val`` format): ``images`` uint8 BGR,
+    ``boxes`` [G,6] rows of image index, x1, y1, x2, y2, class.
+    """
     with np.load(MODEL_DIR / "val.npz") as z:  # allow_pickle stays False
-        images, boxes, classes, index = z["images"], z["boxes"], z["classes"], z["image_index"]
+        bgr, rows = z["images"], z["boxes"]
+    assert bgr.dtype == np.uint8 and rows.ndim == 2 and rows.shape[1] == 6
+    index = rows[:, 0].astype(np.int64)
     return (
-        images,
-        [boxes[index == i] for i in range(len(images))],
-        [classes[index == i] for i in range(len(images))],
+        np.ascontiguousarray(bgr[..., ::-1]),
+        [rows[index == i, 1:5] for i in range(len(bgr))],
+        [rows[index == i, 5].astype(np.int64) for i in range(len(bgr))],
     )
 
 
