@@ -3,7 +3,7 @@
 
 ``edged compile`` does this for what it builds; this script does it for the artifacts
 committed under ``models/`` (digits: the first validation images; person: scikit-image
-sample photos, not the ones the tests check). Re-run it after changing an artifact:
+sample photos, not the ones the tests check; digits-det: held-out scenes). Re-run it after changing an artifact:
 
     .venv/bin/python scripts/make_golden.py
 """
@@ -52,6 +52,21 @@ def person() -> None:
         record(a, {"image_tensor:0": x.astype(np.uint8)})
 
 
+def digits_det() -> None:
+    """The trained detector: held-out scenes, RGB/255 NCHW at each variant's own size."""
+    import onnxruntime as ort
+
+    with np.load(ROOT / "models" / "digits-det" / "val.npz") as z:
+        frames = z["images"][:4]
+    for a in sorted((ROOT / "models" / "digits-det").glob("*.onnx")):
+        size = int(ort.InferenceSession(str(a), providers=["CPUExecutionProvider"])
+                   .get_inputs()[0].shape[2])
+        x = np.stack([cv2.cvtColor(cv2.resize(f, (size, size)), cv2.COLOR_BGR2RGB)
+                      for f in frames]).astype(np.float32) / 255.0
+        record(a, {"images": np.ascontiguousarray(x.transpose(0, 3, 1, 2))})
+
+
 if __name__ == "__main__":
     digits()
     person()
+    digits_det()
