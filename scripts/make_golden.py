@@ -3,7 +3,8 @@
 
 ``edged compile`` does this for what it builds; this script does it for the artifacts
 committed under ``models/`` (digits: the first validation images; person: scikit-image
-sample photos, not the ones the tests check; digits-det: held-out scenes). Re-run it after changing an artifact:
+sample photos, not the ones the tests check; digits-det: held-out scenes).
+Re-run it after changing an artifact:
 
     .venv/bin/python scripts/make_golden.py
 """
