@@ -160,3 +160,20 @@ def _post(d: Path) -> Path:
     p = d / "post.toml"
     p.write_text('kind = "detect"\ndecoder = "yolov8"\n')
     return p
+
+
+def test_compile_int8_of_the_trained_detector_keeps_its_map(tmp_path: Path, capsys) -> None:
+    """The project's own YOLOv8-layout detector: INT8 (Conv only; the decode stays float)
+    is accepted within 2 mAP points by edged compile's mAP validation."""
+    root = Path(__file__).resolve().parent.parent / "models" / "digits-det"
+    post = tmp_path / "post.toml"
+    post.write_text('[postprocess]\nkind = "detect"\ndecoder = "yolov8"\nresize = "letterbox"\n')
+    out = tmp_path / "out"
+    rc = cli.main([str(root / "det-fp32.onnx"), "--out", str(out), "--steps", "int8",
+                   "--val", str(root / "val.npz"), "--postprocess", str(post), *FAST])
+    log = capsys.readouterr().out
+    assert rc == 0, log
+    meta = read_sidecar(out / "det-int8.onnx")
+    assert meta["validation"]["passed"] and meta["validation"]["drop_pct"] <= 2.0, meta
+    assert meta["validation"]["map50_pct"] >= 90.0
+    assert "Conv only" in meta["target"]["quantization"]

@@ -197,11 +197,14 @@ def step_ort(ctx: Context, step: str) -> list[Path]:
                 "(--int8-reduce-range off to override)")
         path = ort_steps.to_int8_static(
             ctx.src, out / f"{ctx.name}-int8.onnx", ctx.inputs[0]["name"], ctx.calib.x,
-            method=ctx.args.calib_method, progress=ctx.progress, reduce_range=reduce)
+            method=ctx.args.calib_method, progress=ctx.progress, reduce_range=reduce,
+            op_types=["Conv"] if ctx.detect is not None else None)
         precision = "int8"
         bits = "7-bit (reduce_range)" if reduce else "S8"
+        scope = ", Conv only (decode stays float)" if ctx.detect is not None else ""
         target = {"kind": "cpu", "quantization": "static QDQ, U8 activations, per-channel "
-                  f"{bits} weights, {ctx.args.calib_method}", "calibration": ctx.calib.source,
+                  f"{bits} weights, {ctx.args.calib_method}{scope}",
+                  "calibration": ctx.calib.source,
                   "reduce_range": reduce}
         options = {}
     else:
