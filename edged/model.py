@@ -321,6 +321,24 @@ class Model:
             job = det.job(self._keep_frames)
         return feeds, n, key, job
 
+    def prepare_frame(self, frame: np.ndarray, color: str, options: dict[str, Any]
+                      ) -> tuple[dict[str, np.ndarray], int, tuple[Any, ...], Any]:
+        """A detector's uint8 HxWx3 frame from another protocol (Frigate), in ``color``.
+
+        Same result as ``prepare`` for a native raw frame, so both batch together; a frame
+        already at the model's input size gets the identity transform."""
+        if not self.ready:
+            detail = f": {self.error}" if self.error else ""
+            raise Unavailable(f"model {self.name!r} is {self.state}{detail}")
+        active = self.active
+        assert active is not None and self.preprocessor is not None
+        if active.post is None or self._pre_input is None or len(self.inputs) != 1:
+            raise InvalidArgument(f"model {self.name!r} is not a one-input detection model")
+        det = _DetectPrep(active, options)
+        tensor = det.fit(self.preprocessor, frame, color)
+        key = ((self._pre_input, tensor.dtype.str, tensor.shape[1:]),)
+        return {self._pre_input: tensor}, 1, key, det.job(self._keep_frames)
+
     def _tensor(self, i: int, meta: InputMeta, spec: TensorSpec,
                 det: _DetectPrep | None = None) -> np.ndarray:
         if meta.encoding != "raw":
