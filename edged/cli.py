@@ -336,6 +336,15 @@ def format_status(r: dict[str, Any]) -> str:
             lines.append(f"  error: {m['error']}")
         ladder = " > ".join(f"[{v}]" if v == m["active_variant"] else v for v in m["variants"])
         lines.append(f"  ladder: {ladder}")
+        streams = m.get("streams") or {}
+        if streams.get("tracked"):
+            fps = streams.get("max_stream_fps")
+            lines.append(f"  streams: {streams['tracked']} (of at most {streams['max_streams']})"
+                         + (f", limit {fps:g} fps" if fps else ""))
+            for s in streams.get("top") or []:
+                lines.append(f"    {s['stream'][:24]:<25}received {s['received']:>7}  served "
+                             f"{s['served']:>7}  stale {s['dropped_stale']:>6}  rate-limited "
+                             f"{s['dropped_rate']:>6}")
         if m.get("pin"):
             lines.append(f"  pinned: {m['pin']['variant']} by {m['pin']['by']} "
                          "(edged ctl swap MODEL auto releases it)")

@@ -99,6 +99,12 @@ class ModelConfig:
     auto_batch: bool = False
     preprocess: PreprocessConfig | None = None
     postprocess: PostprocessConfig | None = None  # a detector: answer with boxes
+    #: frames per second one stream may send (0: no limit); a request's max_fps may lower it
+    max_stream_fps: float = 0.0
+    #: stream ids remembered at most (least recently seen forgotten first)
+    max_streams: int = 4096
+    #: a stream not seen for this long is forgotten
+    stream_idle_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -308,6 +314,9 @@ def _model(t: Table) -> ModelConfig | None:
         auto_batch=src.get("auto_batch", bool, False),
         preprocess=pre,
         postprocess=post,
+        max_stream_fps=t.get("max_stream_fps", float, 0.0, check=non_negative),
+        max_streams=t.get("max_streams", int, 4096, check=positive),
+        stream_idle_s=t.get("stream_idle_s", float, 60.0, check=positive),
     )
     if batching.data:
         batching.done()

@@ -24,12 +24,13 @@ import numpy as np
 import psutil
 
 from edged.backends.base import TensorSpec, run_batch
-from edged.batcher import Batcher, Pending, PerRequest
+from edged.batcher import Batcher, Pending, PerRequest, Result
 from edged.config import ModelConfig, VariantConfig
-from edged.errors import ArtifactError, EdgedError, InvalidArgument, Unavailable
+from edged.errors import ArtifactError, Dropped, EdgedError, InvalidArgument, Unavailable
 from edged.metrics import Metrics
 from edged.preprocess import Preprocessor, decode_image
 from edged.protocol import InputMeta, Limits, Request
+from edged.streams import OUTCOMES, StreamTable
 from edged.variants import Loaded, check_candidate, open_variant
 
 log = logging.getLogger("edged.model")
@@ -75,6 +76,9 @@ class Model:
         #: changes the input size (bounded by max_queue)
         self._keep_frames = cfg.postprocess is not None and len(cfg.variants) > 1
         self._m_variant: dict[str, tuple[Any, Any]] = {}
+        self._streams = StreamTable(cfg.max_streams, cfg.stream_idle_s)
+        self._m_stream = {o: metrics.stream_frames.labels(cfg.name, o) for o in OUTCOMES}
+        self._m_streams = metrics.streams_tracked.labels(cfg.name)
         self._busy_s = 0.0  # compute seconds since the last take_duty()
         self._duty_since = time.monotonic()
 
@@ -377,10 +381,40 @@ class Model:
 
     def submit(self, p: Pending) -> None:
         """Queue a prepared request; raises EdgedError when it cannot be accepted."""
+        if p.stream is not None:
+            self._admit_stream(p)
         try:
             self._batcher.submit(p)
         finally:
             self._m_queue_depth.set(self._batcher.depth)
+
+    def _admit_stream(self, p: Pending) -> None:
+        """Count the stream's frame, apply its rate limit, count how it ends."""
+        assert p.stream is not None
+        fps = self.cfg.max_stream_fps or None
+        if p.max_fps:
+            fps = min(fps, p.max_fps) if fps else p.max_fps
+        m = self._m_stream
+        m["received"].inc()
+        try:
+            entry = self._streams.admit(p.stream, time.monotonic(), fps)
+        except Dropped:
+            m["dropped_rate"].inc()
+            raise
+        finally:
+            self._m_streams.set(len(self._streams))
+        respond = p.respond
+
+        def counted(p: Pending, outcome: Result | EdgedError) -> None:
+            if isinstance(outcome, Result):
+                entry.served += 1
+                m["served"].inc()
+            elif isinstance(outcome, Dropped):  # a newer frame of the stream replaced it
+                entry.dropped_stale += 1
+                m["dropped_stale"].inc()
+            respond(p, outcome)
+
+        p.respond = counted
 
     def observe_reply(self, variant: str, total_s: float, queue_s: float) -> None:
         """Per-model request metrics for an answered request (cached series)."""
@@ -491,6 +525,9 @@ class Model:
             "max_queue": self.cfg.max_queue,
             "queue_depth": self._batcher.depth,
             "preprocess": bool(self.preprocessor),
+            "streams": {"tracked": len(self._streams), "max_streams": self.cfg.max_streams,
+                        "max_stream_fps": self.cfg.max_stream_fps or None,
+                        "top": self._streams.top(5)},
             **({"detections": {"decoder": self.cfg.postprocess.decoder,
                                **self.detections_header()}} if self.cfg.postprocess else {}),
             "last_swap": self.last_swap,

@@ -162,7 +162,8 @@ class InferencePath:
         deadline = ctx.received + req.timeout_ms / 1000.0 if req.timeout_ms else None
         p = Pending(feeds=feeds, rows=rows, key=key, respond=functools.partial(self._respond, ctx),
                     priority=req.priority, stream=req.stream, deadline=deadline,
-                    outputs=req.outputs, meta=meta, arrival=ctx.received)
+                    outputs=req.outputs, meta=meta, arrival=ctx.received,
+                    max_fps=req.max_fps)
         try:
             model.submit(p)
         except EdgedError as e:
