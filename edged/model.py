@@ -77,6 +77,7 @@ class Model:
         self._keep_frames = cfg.postprocess is not None and len(cfg.variants) > 1
         self._m_variant: dict[str, tuple[Any, Any]] = {}
         self._streams = StreamTable(cfg.max_streams, cfg.stream_idle_s)
+        self._trackers: Any = None  # edged.detect.tracking.Trackers, made on first use
         self._m_stream = {o: metrics.stream_frames.labels(cfg.name, o) for o in OUTCOMES}
         self._m_streams = metrics.streams_tracked.labels(cfg.name)
         self._busy_s = 0.0  # compute seconds since the last take_duty()
@@ -151,6 +152,11 @@ class Model:
         if self.cfg.postprocess is not None and self.cfg.preprocess is not None:
             from edged.detect.serving import build_postprocessor
 
+            if self.cfg.postprocess.track:
+                from edged.detect.tracking import require_tracker
+
+                require_tracker()  # a model that tracks fails its load without the extra
+
             try:
                 loaded.post = build_postprocessor(
                     self.cfg.postprocess, self.cfg.preprocess, loaded.backend,
@@ -164,14 +170,19 @@ class Model:
     def detector(self) -> bool:
         return self.cfg.postprocess is not None
 
-    def detections_header(self) -> dict[str, Any]:
-        """``columns`` and ``labels`` for a detections reply (the count is per reply)."""
+    def detections_header(self, detections: np.ndarray | None = None) -> dict[str, Any]:
+        """``columns`` and ``labels`` for a detections reply (the count is per reply); a
+        tracked reply's 7th column is ``track_id``."""
         post = self.active.post if self.active is not None else None
         if post is None:
             return {}
-        h = post.detections_header(np.zeros((0, 6), np.float32))
+        h = dict(post.detections_header(np.zeros((0, 6), np.float32)))
         h.pop("count", None)
-        return dict(h)
+        if detections is not None and detections.ndim == 2 and detections.shape[1] == 7:
+            from edged.detect.tracking import TRACK_COLUMN
+
+            h["columns"] = [*h["columns"], TRACK_COLUMN]
+        return h
 
     def _load_failed(self, v: VariantConfig, e: Exception) -> None:
         self.metrics.model_loads.labels(self.name, v.name, "error").inc()
@@ -323,6 +334,17 @@ class Model:
                 raise InvalidArgument(f"a detection request carries one image; got {n} rows "
                                       f"(send one request per frame)")
             job = det.job(self._keep_frames)
+            asked = req.options.get("track")
+            if asked and req.stream is None:
+                raise InvalidArgument("option 'track' needs a 'stream': track ids are per stream")
+            job.track = req.stream is not None and (
+                asked if asked is not None else self.cfg.postprocess.track)
+            if job.track:
+                from edged.detect.tracking import missing_tracker
+
+                missing = missing_tracker()  # cheap: the import itself runs on the worker
+                if missing:
+                    raise InvalidArgument(missing)
         return feeds, n, key, job
 
     def prepare_frame(self, frame: np.ndarray, color: str, options: dict[str, Any]
@@ -465,9 +487,19 @@ class Model:
         results: list[PerRequest] = []
         for k, (p, d) in enumerate(zip(batch, dets, strict=True)):
             self._m_dets.observe(d.shape[0])
+            if p.meta.track:
+                d = self._track(p.stream, d)
             names = (p.outputs or [o.name for o in self.outputs]) if p.meta.raw else []
             results.append(([(n, outs[n][k:k + 1]) for n in names], d))
         return results
+
+    def _track(self, stream: str, detections: np.ndarray) -> np.ndarray:
+        """Worker thread only: frames reach each stream's tracker in queue order."""
+        from edged.detect.tracking import Trackers
+
+        if self._trackers is None:
+            self._trackers = Trackers(self.cfg.max_streams, self.cfg.stream_idle_s)
+        return self._trackers.update(stream, detections)
 
     def _refit(self, batch: list[Pending], loaded: Loaded) -> None:
         """Requests prepared for another input size (a swap to a rung of another

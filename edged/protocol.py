@@ -38,7 +38,7 @@ DTYPES: dict[str, np.dtype] = {
 }
 
 #: detection options (DESIGN "Detection models"); the model checks their values
-DETECT_OPTIONS = frozenset({"conf", "iou", "max_det", "classes", "raw"})
+DETECT_OPTIONS = frozenset({"conf", "iou", "max_det", "classes", "raw", "track"})
 _HEADER_KEYS = frozenset(
     {"v", "op", "id", "model", "inputs", "timeout_ms", "priority", "stream", "outputs",
      "max_fps"}

@@ -181,7 +181,8 @@ class InferencePath:
         frames = ok_reply_frames(
             ctx.request_id, ctx.model.name, outcome.variant, outcome.outputs, timing,
             outcome.detections,
-            ctx.model.detections_header() if outcome.detections is not None else None)
+            ctx.model.detections_header(outcome.detections)
+            if outcome.detections is not None else None)
         self._reply(ctx.sock, ctx.envelope, frames)
         self._done(ctx)
         ctx.model.observe_reply(outcome.variant, now - ctx.received, outcome.queue_s)
