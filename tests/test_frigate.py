@@ -244,3 +244,20 @@ def test_labelmap_command_prints_a_frigate_labelmap(tmp_path: Path) -> None:
                           "--config", str(p), "--endpoint", "1"], capture_output=True,
                          text=True, timeout=60, cwd=ROOT)
     assert out.stdout == "7 person\n", out.stderr
+
+
+def test_example_frigate_config_pairs_with_a_valid_edged_table(tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    text = (ROOT / "examples" / "frigate" / "config.yml").read_text()
+    frigate = yaml.safe_load(text)
+    assert {d["type"] for d in frigate["detectors"].values()} == {"zmq"}
+    assert all(d["request_timeout_ms"] == 200 for d in frigate["detectors"].values())
+    assert frigate["model"]["input_tensor"] == "nhwc" and frigate["model"]["model_type"] == "ssd"
+    lines = text[text.index("#   [[server.frigate]]"):text.index("# Frigate sends")]
+    table = "\n".join(line[4:] for line in lines.splitlines() if line.startswith("#   "))
+    toml = (ROOT / "config.toml").read_text().replace("[metrics]", table + "\n[metrics]", 1)
+    toml = toml.replace("insecure = false", "insecure = true")
+    p = tmp_path / "paired.toml"
+    p.write_text(toml.replace('path = "models/', f'path = "{ROOT}/models/'))
+    f = load_config(p).server.frigate[0]
+    assert f.model == "person" and f.timeout_ms == 200 and f.min_score == 0.4
