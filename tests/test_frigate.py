@@ -261,3 +261,12 @@ def test_example_frigate_config_pairs_with_a_valid_edged_table(tmp_path: Path) -
     p.write_text(toml.replace('path = "models/', f'path = "{ROOT}/models/'))
     f = load_config(p).server.frigate[0]
     assert f.model == "person" and f.timeout_ms == 200 and f.min_score == 0.4
+
+
+def test_status_lists_the_frigate_endpoints(fd: Daemon) -> None:
+    from edged.cli import format_status
+
+    r = fd.ctl({"op": "status"})
+    want = {f"tcp://127.0.0.1:{p}": "person" for p in fd.frigate_ports}
+    assert r["frigate"] == want
+    assert f"tcp://127.0.0.1:{fd.frigate_ports[0]} -> person" in format_status(r)

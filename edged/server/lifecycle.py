@@ -67,6 +67,7 @@ class Server:
         ep = self.endpoints
         ep.bind(cfg.server, runtime_dir)
         st.endpoints, st.control_endpoint = ep.endpoints, ep.control_endpoint
+        st.frigate_endpoints = {address: f.model for f, address, _ in ep.frigate}
         log.info("edged %s listening endpoints=%s control=%s metrics=%s runtime_dir=%s",
                  __version__, ",".join(ep.endpoints), ep.control_endpoint,
                  f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled else "off",
