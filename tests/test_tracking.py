@@ -71,7 +71,10 @@ def scene(frame_no: int, people: list[tuple[np.ndarray, int, int, int]]) -> np.n
 @pytest.fixture(scope="module")
 def td(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp: Path = tmp_path_factory.mktemp("track")
-    d = Daemon(person_config(tmp), tmp)
+    cfg = person_config(tmp)
+    # The model tracks every request with a stream; a request may still say track = false.
+    cfg.write_text(cfg.read_text().replace('kind = "detect"', 'kind = "detect"\ntrack = true'))
+    d = Daemon(cfg, tmp)
     yield d
     d.stop()
 
@@ -113,8 +116,17 @@ def test_two_people_keep_two_track_ids(td: Daemon) -> None:
 
 def test_track_needs_a_stream_and_untracked_replies_keep_six_columns(td: Daemon) -> None:
     grace = small("grace_hopper")
+    frame = scene(0, [(grace, 10, 100, 0)])
+    six = ["x1", "y1", "x2", "y2", "score", "class"]
     with td.client() as c:
         with pytest.raises(InvalidArgument, match="stream"):
-            c.infer("person", scene(0, [(grace, 10, 100, 0)]), track=True)
-        r = c.infer("person", scene(0, [(grace, 10, 100, 0)]), stream="cam-c")
-    assert r.header["detections"]["columns"] == ["x1", "y1", "x2", "y2", "score", "class"]
+            c.infer("person", frame, track=True)
+        with pytest.raises(InvalidArgument, match="track"):
+            c.infer("person", frame, stream="cam-c", track="yes")
+        model_level = c.infer("person", frame, stream="cam-c")
+        opted_out = c.infer("person", frame, stream="cam-c", track=False)
+        no_stream = c.infer("person", frame)
+    assert model_level.header["detections"]["columns"] == [*six, "track_id"]
+    assert model_level.detections.rows.shape[1] == 7
+    assert opted_out.header["detections"]["columns"] == six
+    assert no_stream.header["detections"]["columns"] == six
