@@ -49,6 +49,9 @@ class FrigateConfig:
     input_pixel_format: str = "rgb"
     #: Frigate's ``request_timeout_ms``: a request older than this is never computed
     timeout_ms: float = 200.0
+    #: queue priority of these requests (0 = most important; a governor level may shed
+    #: requests above a priority)
+    priority: int = 1
 
     def frigate_class(self, model_class: int) -> int:
         return dict(self.class_map).get(model_class, model_class)
@@ -235,6 +238,8 @@ def _frigate(t: Table) -> FrigateConfig | None:
         class_map=_class_map(t),
         input_pixel_format=t.get("input_pixel_format", str, "rgb", choices=("rgb", "bgr")),
         timeout_ms=t.get("timeout_ms", float, 200.0, check=positive),
+        priority=t.get("priority", int, 1,
+                       check=lambda v: None if 0 <= v <= 1000 else "must be 0..1000"),
     )
     t.done()
     return cfg if endpoint and model else None

@@ -224,13 +224,14 @@ def test_frigate_model_must_be_a_detector(tmp_path: Path) -> None:
     digits = ROOT / "config.toml"
     text = digits.read_text().replace(
         "[metrics]", '[[server.frigate]]\nendpoint = "ipc://frigate.sock"\nmodel = "digits"\n'
-        "class_map = { x = 1 }\n[metrics]", 1)
+        "class_map = { x = 1 }\npriority = 5000\n[metrics]", 1)
     q = tmp_path / "digits.toml"
     q.write_text(text.replace('path = "models/', f'path = "{ROOT}/models/'))
     with pytest.raises(ConfigError) as e:
         load_config(q)
     assert "server.frigate[0].model: model 'digits' is not a detection model" in str(e.value)
     assert "server.frigate[0].class_map.x" in str(e.value)
+    assert "server.frigate[0].priority: must be 0..1000" in str(e.value)
 
 
 def test_labelmap_command_prints_a_frigate_labelmap(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import zmq.asyncio
 
 from edged.batcher import Pending, Result
 from edged.config import FrigateConfig
-from edged.errors import EdgedError, Unavailable
+from edged.errors import EdgedError, ResourceExhausted, Unavailable
 from edged.frigate_protocol import MAX_ROWS, ZEROS, encode_result, parse_request
 from edged.model import Model
 from edged.server.endpoints import send, split_envelope
@@ -76,13 +76,19 @@ class FrigatePath:
             if not self.state.serving:
                 raise Unavailable("the daemon is " + ("starting" if not self.state.ready
                                                       else "shutting down"))
-            req = parse_request(body, self.state.config.server.limits.max_image_pixels)
+            limits = self.state.config.server.limits
+            size = sum(len(f) for f in body)
+            if size > limits.max_message_bytes:
+                raise ResourceExhausted(f"message is {size} bytes; the limit is "
+                                        f"{limits.max_message_bytes}")
+            req = parse_request(body, limits.max_image_pixels)
             feeds, rows, key, job = model.prepare_frame(req.frame, ep.cfg.input_pixel_format,
                                                         ep.options)
-            size = (req.frame.shape[1], req.frame.shape[0])
+            wh = (req.frame.shape[1], req.frame.shape[0])
             p = Pending(feeds=feeds, rows=rows, key=key, meta=job, arrival=received,
+                        priority=ep.cfg.priority,
                         deadline=received + ep.cfg.timeout_ms / 1000.0,
-                        respond=functools.partial(self._respond, ep, envelope, model, size,
+                        respond=functools.partial(self._respond, ep, envelope, model, wh,
                                                   received))
             model.submit(p)
         except EdgedError as e:
