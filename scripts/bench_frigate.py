@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Frigate's protocol vs edged's native one: the same clients, the shipped person detector.
 
-    PYTHONPATH=. python scripts/bench_frigate.py --clients 4 --seconds 10 --rounds 3
+    PYTHONPATH=. python scripts/bench_frigate.py --clients 4 --seconds 5 --rounds 8
 
 Starts a daemon serving config.toml's person model with one ``[[server.frigate]]``
 endpoint (timeout_ms 200, Frigate's default request_timeout_ms). Each round runs
@@ -112,8 +112,8 @@ def run_clients(endpoint: str, msg: list[bytes], mode: str, clients: int,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=4)
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--timeout-ms", type=float, default=200.0,
                     help="the Frigate endpoint's timeout_ms (Frigate's request_timeout_ms); a "
                          "large value compares pure throughput, deadlines aside")
