@@ -26,7 +26,7 @@ from edged.streams import StreamTable
 X = np.zeros((1, 1, 28, 28), np.float32)
 #: docs/streams.md: "100,000 distinct stream ids grow the daemon's RSS by less than 24 MB"
 RSS_BOUND_MB = 24
-STREAM_IDS = int(os.environ.get("EDGED_TEST_STREAM_IDS", "15000"))
+STREAM_IDS = int(os.environ.get("EDGED_TEST_STREAM_IDS", "6000"))
 HEADER = (b'{"v":1,"id":%d,"model":"digits","stream":"cam-%d","inputs":[{"dtype":"float32",'
           b'"shape":[1,1,28,28]}]}')
 
@@ -108,6 +108,25 @@ def test_model_max_stream_fps_applies_without_a_request_limit(sd: Daemon) -> Non
     assert any(r.status == "DROPPED" for r in replies[1:])
 
 
+def test_frames_replaced_in_the_queue_count_as_stale(tmp_path: Path) -> None:
+    from test_server import X64, slow_config
+
+    d = Daemon(slow_config(tmp_path), tmp_path)
+    try:
+        with d.client() as c:
+            c.send(*build_infer("slow", X64, id="busy"))
+            time.sleep(0.05)
+            for i in range(3):
+                c.send(*build_infer("slow", X64, id=f"cam-{i}", stream="cam"))
+            statuses = sorted(c.recv(20).status for _ in range(4))
+        assert statuses == ["DROPPED", "DROPPED", "OK", "OK"]
+        m = next(x for x in d.ctl({"op": "status"})["models"] if x["name"] == "slow")
+        assert m["streams"]["top"] == [{"stream": "cam", "received": 3, "served": 1,
+                                        "dropped_stale": 2, "dropped_rate": 0}]
+    finally:
+        d.stop()
+
+
 def test_max_fps_needs_a_stream(sd: Daemon) -> None:
     with sd.client() as c:
         r = c.infer("digits", X, max_fps=5, raise_on_error=False)
@@ -136,9 +155,9 @@ def test_many_stream_ids_leave_rss_within_the_documented_bound(tmp_path: Path) -
                     assert b'"status":"OK"' in reply[0], reply[0]
                     got += 1
 
-        send_ids(0, 6_000)  # fills the table (4096 streams) and warms the allocator
+        send_ids(0, 5_000)  # fills the table (4096 streams) and warms the allocator
         before = proc.memory_info().rss
-        send_ids(6_000, STREAM_IDS)
+        send_ids(5_000, STREAM_IDS)
         grown_mb = (proc.memory_info().rss - before) / 2**20
         print(f"RSS grew {grown_mb:.1f} MB over {STREAM_IDS} more distinct stream ids")
         m = next(x for x in d.ctl({"op": "status"})["models"] if x["name"] == "digits")
