@@ -1,8 +1,10 @@
 """Track ids per stream, from Roboflow ``supervision``'s ByteTrack (MIT), not our own.
 
 Why supervision: ByteTrack is the tracker camera users compare against, supervision is
-maintained and MIT-licensed, and its dependencies (numpy, scipy, opencv, matplotlib)
-are mostly what edged already has; norfair (BSD) pins numpy < 2. It is an extra
+maintained and MIT-licensed, and its dependencies (numpy, scipy, opencv-python-headless,
+matplotlib) are mostly what edged already has; norfair (BSD) pins numpy < 2. Pinned to
+0.23: later releases require opencv-python beside edged's headless build, and 0.28
+removed ByteTrack. It is an extra
 (``pip install 'edged[track]'``), imported only when a model or request tracks.
 
 Called only on the model's worker thread, once per frame in queue order, so each
@@ -45,7 +47,7 @@ def require_tracker() -> Any:
                             f"'edged[{EXTRA}]' ({e})") from None
     if not hasattr(supervision, "ByteTrack"):
         raise ArtifactError(f"supervision {supervision.__version__} has no ByteTrack (removed "
-                            f"in 0.28): pip install 'edged[{EXTRA}]' (supervision<0.28)")
+                            f"in 0.28): pip install 'edged[{EXTRA}]' (supervision 0.23)")
     return supervision
 
 
