@@ -62,6 +62,8 @@ class Pending:
     stream: str | None = None
     deadline: float | None = None  # time.monotonic() seconds
     outputs: list[str] | None = None
+    #: the stream's frame-rate limit asked by the request (the model's limit still applies)
+    max_fps: float | None = None
     #: what the model needs to finish this request after compute (a detector's frame
     #: transform and options); opaque to the batcher
     meta: Any = None

@@ -88,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
     kg.add_argument("name")
     kg.add_argument("--dir", default=".", help="output directory")
 
+    fr = sub.add_parser("frigate", help="Frigate integration helpers (docs/frigate.md)")
+    fsub = fr.add_subparsers(dest="frigate_cmd", required=True)
+    fl = fsub.add_parser("labelmap", help="print a Frigate labelmap file for a detection model")
+    fl.add_argument("model")
+    fl.add_argument("--config", "-c", default=DEFAULT_CONFIG)
+    fl.add_argument("--endpoint", type=int, default=None, metavar="INDEX",
+                    help="use the class_map of [[server.frigate]] number INDEX (from 0); "
+                         "default: the first one serving MODEL")
+
     from edged.bench import add_parser as add_bench
 
     add_bench(sub)
@@ -313,6 +322,8 @@ def format_status(r: dict[str, Any]) -> str:
         f"config    {r['config']}",
         f"endpoints {', '.join(r['endpoints'])}",
         f"control   {r['control']}    metrics {r['metrics'] or 'off'}",
+        *(["frigate   " + ", ".join(f"{a} -> {m}" for a, m in r["frigate"].items())]
+          if r.get("frigate") else []),
         "",
         f"{'MODEL':<16}{'STATE':<9}{'VARIANT':<20}{'BACKEND':<12}{'QUEUE':>10}{'SERVED':>9}"
         f"{'P50 ms':>9}{'P99 ms':>9}",
@@ -327,6 +338,15 @@ def format_status(r: dict[str, Any]) -> str:
             lines.append(f"  error: {m['error']}")
         ladder = " > ".join(f"[{v}]" if v == m["active_variant"] else v for v in m["variants"])
         lines.append(f"  ladder: {ladder}")
+        streams = m.get("streams") or {}
+        if streams.get("tracked"):
+            fps = streams.get("max_stream_fps")
+            lines.append(f"  streams: {streams['tracked']} (of at most {streams['max_streams']})"
+                         + (f", limit {fps:g} fps" if fps else ""))
+            for s in streams.get("top") or []:
+                lines.append(f"    {s['stream'][:24]:<25}received {s['received']:>7}  served "
+                             f"{s['served']:>7}  stale {s['dropped_stale']:>6}  rate-limited "
+                             f"{s['dropped_rate']:>6}")
         if m.get("pin"):
             lines.append(f"  pinned: {m['pin']['variant']} by {m['pin']['by']} "
                          "(edged ctl swap MODEL auto releases it)")
@@ -397,6 +417,43 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_frigate(args: argparse.Namespace) -> int:
+    """``edged frigate labelmap MODEL``: Frigate's ``labelmap_path`` file on stdout."""
+    from edged.config import load_config
+    from edged.detect.labels import labels_from_metadata, onnx_metadata
+    from edged.errors import ConfigError
+    from edged.frigate_protocol import labelmap
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 2
+    mc = cfg.model(args.model)
+    if mc is None or mc.postprocess is None:
+        print(f"edged: {args.config}: no detection model {args.model!r}", file=sys.stderr)
+        return 2
+    labels = mc.postprocess.labels
+    if labels is None:
+        path = mc.variants[0].path
+        labels = labels_from_metadata(onnx_metadata(path)) if path.suffix == ".onnx" else None
+    if not labels:
+        print(f"edged: model {args.model!r} names no labels (set [models.postprocess] labels "
+              "or labels_file)", file=sys.stderr)
+        return 2
+    frigate = list(cfg.server.frigate)
+    if args.endpoint is not None:
+        if not 0 <= args.endpoint < len(frigate):
+            print(f"edged: --endpoint {args.endpoint}: the config has {len(frigate)} "
+                  "[[server.frigate]] table(s)", file=sys.stderr)
+            return 2
+        chosen = frigate[args.endpoint]
+    else:
+        chosen = next((f for f in frigate if f.model == args.model), None)
+    sys.stdout.write(labelmap(labels, dict(chosen.class_map) if chosen else {}))
+    return 0
+
+
 def cmd_governor(args: argparse.Namespace) -> int:
     from edged.governor.replay import run
 
@@ -413,4 +470,5 @@ _COMMANDS = {
     "serve": cmd_serve, "check": cmd_check, "infer": cmd_infer, "models": cmd_simple,
     "health": cmd_simple, "status": cmd_status, "ctl": cmd_ctl, "keys": cmd_keys,
     "compile": cmd_compile, "bench": lambda a: a.func(a), "governor": cmd_governor,
+    "frigate": cmd_frigate,
 }

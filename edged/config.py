@@ -35,6 +35,29 @@ class CurveConfig:
 
 
 @dataclass(frozen=True)
+class FrigateConfig:
+    """One ``[[server.frigate]]`` endpoint speaking Frigate's ``zmq`` detector protocol
+    for one detection model (docs/frigate.md)."""
+
+    endpoint: str
+    model: str
+    #: rows below this score are left out of the reply (None: the model's ``conf``)
+    min_score: float | None = None
+    #: model class id -> Frigate labelmap id; ids not listed pass through unchanged
+    class_map: tuple[tuple[int, int], ...] = ()
+    #: colour order of the tensors Frigate sends (its model ``input_pixel_format``)
+    input_pixel_format: str = "rgb"
+    #: Frigate's ``request_timeout_ms``: a request older than this is never computed
+    timeout_ms: float = 200.0
+    #: queue priority of these requests (0 = most important; a governor level may shed
+    #: requests above a priority)
+    priority: int = 1
+
+    def frigate_class(self, model_class: int) -> int:
+        return dict(self.class_map).get(model_class, model_class)
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS
     control: str = DEFAULT_CONTROL
@@ -47,6 +70,7 @@ class ServerConfig:
     max_inflight_per_client: int = 1024
     limits: Limits = field(default_factory=Limits)
     curve: CurveConfig | None = None
+    frigate: tuple[FrigateConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,6 +102,12 @@ class ModelConfig:
     auto_batch: bool = False
     preprocess: PreprocessConfig | None = None
     postprocess: PostprocessConfig | None = None  # a detector: answer with boxes
+    #: frames per second one stream may send (0: no limit); a request's max_fps may lower it
+    max_stream_fps: float = 0.0
+    #: stream ids remembered at most (least recently seen forgotten first)
+    max_streams: int = 4096
+    #: a stream not seen for this long is forgotten
+    stream_idle_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -178,9 +208,59 @@ def _server(t: Table) -> ServerConfig:
         max_inflight_per_client=t.get("max_inflight_per_client", int, 1024, check=positive),
         limits=_limits(t.table("limits")),
         curve=curve,
+        frigate=tuple(f for f in (_frigate(ft) for ft in t.tables("frigate")) if f),
     )
     t.done()
     return cfg
+
+
+def _class_map(t: Table) -> tuple[tuple[int, int], ...]:
+    """``class_map = { 0 = 0, 2 = 7 }``: TOML keys are strings, so digits are checked here."""
+    raw = t.get("class_map", dict, {})
+    pairs: list[tuple[int, int]] = []
+    for k, v in (raw or {}).items():
+        if not k.isdigit():
+            t.problem(f"class_map.{k}", "keys are the model's class ids (integers >= 0)")
+        elif isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 65535:
+            t.problem(f"class_map.{k}", f"must be a Frigate labelmap id (0..65535); got {v!r}")
+        else:
+            pairs.append((int(k), v))
+    return tuple(sorted(pairs))
+
+
+def _frigate(t: Table) -> FrigateConfig | None:
+    endpoint = t.get("endpoint", str, check=_check_endpoint)
+    model = t.get("model", str)
+    min_score = t.get("min_score", float, None,
+                      check=lambda v: None if 0.0 <= v <= 1.0 else "must be between 0 and 1")
+    cfg = FrigateConfig(
+        endpoint=endpoint or "", model=model or "", min_score=min_score,
+        class_map=_class_map(t),
+        input_pixel_format=t.get("input_pixel_format", str, "rgb", choices=("rgb", "bgr")),
+        timeout_ms=t.get("timeout_ms", float, 200.0, check=positive),
+        priority=t.get("priority", int, 1,
+                       check=lambda v: None if 0 <= v <= 1000 else "must be 0..1000"),
+    )
+    t.done()
+    return cfg if endpoint and model else None
+
+
+def _check_frigate(root: Table, server: ServerConfig, models: list[ModelConfig]) -> None:
+    """Each Frigate endpoint serves a configured detection model on an address of its own."""
+    by_name = {m.name: m for m in models}
+    seen = set(server.endpoints)
+    for i, f in enumerate(server.frigate):
+        key = f"server.frigate[{i}]"
+        m = by_name.get(f.model)
+        if m is None:
+            root.problem(f"{key}.model", f"no model named {f.model!r}; models: "
+                         f"{', '.join(by_name) or 'none'}")
+        elif m.postprocess is None:
+            root.problem(f"{key}.model", f"model {f.model!r} is not a detection model (Frigate "
+                         "wants boxes: give it [models.postprocess] kind = \"detect\")")
+        if f.endpoint in seen:
+            root.problem(f"{key}.endpoint", f"{f.endpoint} is already bound by another endpoint")
+        seen.add(f.endpoint)
 
 
 def _metrics(t: Table) -> MetricsConfig:
@@ -239,6 +319,9 @@ def _model(t: Table) -> ModelConfig | None:
         auto_batch=src.get("auto_batch", bool, False),
         preprocess=pre,
         postprocess=post,
+        max_stream_fps=t.get("max_stream_fps", float, 0.0, check=non_negative),
+        max_streams=t.get("max_streams", int, 4096, check=positive),
+        stream_idle_s=t.get("stream_idle_s", float, 60.0, check=positive),
     )
     if batching.data:
         batching.done()
@@ -256,6 +339,7 @@ def parse_config(data: dict[str, Any], file: Path | str) -> Config:
     names = [m.name for m in models]
     for n in {n for n in names if names.count(n) > 1}:
         root.problem("models", f"model name {n!r} is used twice")
+    _check_frigate(root, server, models)
     gov_t = root.table("governor")
     governor = GovernorConfig.from_table(gov_t)
     root.done()

@@ -88,6 +88,22 @@ class Metrics:
         self.energy = Counter(
             "edged_energy_joules", "Energy attributed to the model's inference "
             "(measured power × compute time)", ["model"], registry=r)
+        # Endpoint kind: requests of [[server.frigate]] endpoints are counted here as
+        # well as in edged_requests_total (native = requests_total - frigate).
+        self.frigate_requests = Counter(
+            "edged_frigate_requests", "Requests of Frigate detector endpoints, by endpoint, "
+            "model and status (errors are answered with an all-zero result)",
+            ["endpoint", "model", "status"], registry=r)
+        self.frigate_duration = Histogram(
+            "edged_frigate_request_duration_seconds", "Frigate endpoint: receipt to reply",
+            ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
+        self.stream_frames = Counter(
+            "edged_stream_frames", "Frames of requests with a stream id, by model and outcome "
+            "(received, served, dropped_stale, dropped_rate); per-stream figures are in "
+            "edged status", ["model", "outcome"], registry=r)
+        self.streams_tracked = Gauge(
+            "edged_streams", "Stream ids the model currently remembers (bounded)", ["model"],
+            registry=r)
         self.inflight = Gauge(
             "edged_inflight_requests", "Requests received and not yet answered", registry=r)
         self._server: WSGIServer | None = None

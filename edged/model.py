@@ -24,12 +24,13 @@ import numpy as np
 import psutil
 
 from edged.backends.base import TensorSpec, run_batch
-from edged.batcher import Batcher, Pending, PerRequest
+from edged.batcher import Batcher, Pending, PerRequest, Result
 from edged.config import ModelConfig, VariantConfig
-from edged.errors import ArtifactError, EdgedError, InvalidArgument, Unavailable
+from edged.errors import ArtifactError, Dropped, EdgedError, InvalidArgument, Unavailable
 from edged.metrics import Metrics
 from edged.preprocess import Preprocessor, decode_image
 from edged.protocol import InputMeta, Limits, Request
+from edged.streams import OUTCOMES, StreamTable
 from edged.variants import Loaded, check_candidate, open_variant
 
 log = logging.getLogger("edged.model")
@@ -75,6 +76,10 @@ class Model:
         #: changes the input size (bounded by max_queue)
         self._keep_frames = cfg.postprocess is not None and len(cfg.variants) > 1
         self._m_variant: dict[str, tuple[Any, Any]] = {}
+        self._streams = StreamTable(cfg.max_streams, cfg.stream_idle_s)
+        self._trackers: Any = None  # edged.detect.tracking.Trackers, made on first use
+        self._m_stream = {o: metrics.stream_frames.labels(cfg.name, o) for o in OUTCOMES}
+        self._m_streams = metrics.streams_tracked.labels(cfg.name)
         self._busy_s = 0.0  # compute seconds since the last take_duty()
         self._duty_since = time.monotonic()
 
@@ -147,6 +152,11 @@ class Model:
         if self.cfg.postprocess is not None and self.cfg.preprocess is not None:
             from edged.detect.serving import build_postprocessor
 
+            if self.cfg.postprocess.track:
+                from edged.detect.tracking import require_tracker
+
+                require_tracker()  # a model that tracks fails its load without the extra
+
             try:
                 loaded.post = build_postprocessor(
                     self.cfg.postprocess, self.cfg.preprocess, loaded.backend,
@@ -160,14 +170,19 @@ class Model:
     def detector(self) -> bool:
         return self.cfg.postprocess is not None
 
-    def detections_header(self) -> dict[str, Any]:
-        """``columns`` and ``labels`` for a detections reply (the count is per reply)."""
+    def detections_header(self, detections: np.ndarray | None = None) -> dict[str, Any]:
+        """``columns`` and ``labels`` for a detections reply (the count is per reply); a
+        tracked reply's 7th column is ``track_id``."""
         post = self.active.post if self.active is not None else None
         if post is None:
             return {}
-        h = post.detections_header(np.zeros((0, 6), np.float32))
+        h = dict(post.detections_header(np.zeros((0, 6), np.float32)))
         h.pop("count", None)
-        return dict(h)
+        if detections is not None and detections.ndim == 2 and detections.shape[1] == 7:
+            from edged.detect.tracking import TRACK_COLUMN
+
+            h["columns"] = [*h["columns"], TRACK_COLUMN]
+        return h
 
     def _load_failed(self, v: VariantConfig, e: Exception) -> None:
         self.metrics.model_loads.labels(self.name, v.name, "error").inc()
@@ -334,7 +349,38 @@ class Model:
                 raise InvalidArgument(f"a detection request carries one image; got {n} rows "
                                       f"(send one request per frame)")
             job = det.job(self._keep_frames)
+            asked = req.options.get("track")
+            if asked and req.stream is None:
+                raise InvalidArgument("option 'track' needs a 'stream': track ids are per stream")
+            job.track = req.stream is not None and (
+                asked if asked is not None else self.cfg.postprocess.track)
+            if job.track:
+                from edged.detect.tracking import missing_tracker
+
+                missing = missing_tracker()  # cheap: the import itself runs on the worker
+                if missing:
+                    raise InvalidArgument(missing)
         return feeds, n, key, job
+
+    def prepare_frame(self, frame: np.ndarray, color: str, options: dict[str, Any]
+                      ) -> tuple[dict[str, np.ndarray], int, tuple[Any, ...], Any]:
+        """A detector's uint8 HxWx3 frame from another protocol (Frigate), in ``color``.
+
+        Same result as ``prepare`` for a native raw frame, so both batch together; a frame
+        already at the model's input size gets the identity transform."""
+        if not self.ready:
+            detail = f": {self.error}" if self.error else ""
+            raise Unavailable(f"model {self.name!r} is {self.state}{detail}")
+        active = self.active
+        assert active is not None and self.preprocessor is not None
+        if active.post is None or self._pre_input is None or len(self.inputs) != 1:
+            raise InvalidArgument(f"model {self.name!r} is not a one-input detection model")
+        from edged.detect.serving import DetectPrep
+
+        det = DetectPrep(active.post, options)
+        tensor = det.fit(self.preprocessor, frame, color)
+        key = ((self._pre_input, tensor.dtype.str, tensor.shape[1:]),)
+        return {self._pre_input: tensor}, 1, key, det.job(self._keep_frames)
 
     def _tensor(self, i: int, meta: InputMeta, spec: TensorSpec,
                 det: Any = None) -> np.ndarray:
@@ -374,10 +420,40 @@ class Model:
 
     def submit(self, p: Pending) -> None:
         """Queue a prepared request; raises EdgedError when it cannot be accepted."""
+        if p.stream is not None:
+            self._admit_stream(p)
         try:
             self._batcher.submit(p)
         finally:
             self._m_queue_depth.set(self._batcher.depth)
+
+    def _admit_stream(self, p: Pending) -> None:
+        """Count the stream's frame, apply its rate limit, count how it ends."""
+        assert p.stream is not None
+        fps = self.cfg.max_stream_fps or None
+        if p.max_fps:
+            fps = min(fps, p.max_fps) if fps else p.max_fps
+        m = self._m_stream
+        m["received"].inc()
+        try:
+            entry = self._streams.admit(p.stream, time.monotonic(), fps)
+        except Dropped:
+            m["dropped_rate"].inc()
+            raise
+        finally:
+            self._m_streams.set(len(self._streams))
+        respond = p.respond
+
+        def counted(p: Pending, outcome: Result | EdgedError) -> None:
+            if isinstance(outcome, Result):
+                entry.served += 1
+                m["served"].inc()
+            elif isinstance(outcome, Dropped):  # a newer frame of the stream replaced it
+                entry.dropped_stale += 1
+                m["dropped_stale"].inc()
+            respond(p, outcome)
+
+        p.respond = counted
 
     def observe_reply(self, variant: str, total_s: float, queue_s: float) -> None:
         """Per-model request metrics for an answered request (cached series)."""
@@ -428,9 +504,19 @@ class Model:
         results: list[PerRequest] = []
         for k, (p, d) in enumerate(zip(batch, dets, strict=True)):
             self._m_dets.observe(d.shape[0])
+            if p.meta.track:
+                d = self._track(p.stream, d)
             names = (p.outputs or [o.name for o in self.outputs]) if p.meta.raw else []
             results.append(([(n, outs[n][k:k + 1]) for n in names], d))
         return results
+
+    def _track(self, stream: str, detections: np.ndarray) -> np.ndarray:
+        """Worker thread only: frames reach each stream's tracker in queue order."""
+        from edged.detect.tracking import Trackers
+
+        if self._trackers is None:
+            self._trackers = Trackers(self.cfg.max_streams, self.cfg.stream_idle_s)
+        return self._trackers.update(stream, detections)
 
     def _refit(self, batch: list[Pending], loaded: Loaded) -> None:
         """Requests prepared for another input size (a swap to a rung of another
@@ -488,6 +574,9 @@ class Model:
             "max_queue": self.cfg.max_queue,
             "queue_depth": self._batcher.depth,
             "preprocess": bool(self.preprocessor),
+            "streams": {"tracked": len(self._streams), "max_streams": self.cfg.max_streams,
+                        "max_stream_fps": self.cfg.max_stream_fps or None,
+                        "top": self._streams.top(5)},
             **({"detections": {"decoder": self.cfg.postprocess.decoder,
                                **self.detections_header()}} if self.cfg.postprocess else {}),
             "last_swap": self.last_swap,

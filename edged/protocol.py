@@ -38,9 +38,10 @@ DTYPES: dict[str, np.dtype] = {
 }
 
 #: detection options (DESIGN "Detection models"); the model checks their values
-DETECT_OPTIONS = frozenset({"conf", "iou", "max_det", "classes", "raw"})
+DETECT_OPTIONS = frozenset({"conf", "iou", "max_det", "classes", "raw", "track"})
 _HEADER_KEYS = frozenset(
-    {"v", "op", "id", "model", "inputs", "timeout_ms", "priority", "stream", "outputs"}
+    {"v", "op", "id", "model", "inputs", "timeout_ms", "priority", "stream", "outputs",
+     "max_fps"}
 ) | DETECT_OPTIONS
 _INPUT_KEYS = frozenset({"name", "dtype", "shape", "encoding"})
 
@@ -88,6 +89,8 @@ class Request:
     priority: int = 1
     stream: str | None = None
     outputs: list[str] | None = None
+    #: frames per second this request's stream may send (frames beyond: DROPPED)
+    max_fps: float | None = None
     #: detection options given in the header (conf, iou, max_det, classes, raw)
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -195,6 +198,13 @@ def _parse(h: dict[str, Any], tensors: list[Any], limits: Limits) -> Request:
                 f"stream must be a non-empty string of at most {limits.max_id_length} characters"
             )
         req.stream = s
+    if "max_fps" in h and h["max_fps"] is not None:
+        f = h["max_fps"]
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1e6:
+            raise InvalidArgument(f"max_fps must be a number > 0; got {f!r}")
+        if req.stream is None:
+            raise InvalidArgument("max_fps limits a stream: the request needs a 'stream' too")
+        req.max_fps = float(f)
     if "outputs" in h and h["outputs"] is not None:
         outs = h["outputs"]
         if not isinstance(outs, list) or not all(isinstance(o, str) for o in outs) or not outs:

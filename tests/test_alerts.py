@@ -36,6 +36,7 @@ HISTOGRAMS = {
     "edged_queue_duration_seconds",
     "edged_compute_duration_seconds",
     "edged_batch_size",
+    "edged_frigate_request_duration_seconds",
     "edged_postprocess_duration_seconds",
     "edged_detections_per_frame",
 }
@@ -53,6 +54,9 @@ EDGED_METRICS = HISTOGRAMS | {
     "edged_build_info",
     "edged_energy_joules_total",
     "edged_inflight_requests",
+    "edged_frigate_requests_total",
+    "edged_stream_frames_total",
+    "edged_streams",
     "edged_sensor_temperature_celsius",
     "edged_sensor_power_watts",
     "edged_sensor_battery_ratio",

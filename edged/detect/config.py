@@ -58,6 +58,7 @@ class PostprocessConfig:
     nms: bool = True  # False for layouts whose graph already ran NMS
     max_candidates: int = 3000  # top-k by score before NMS keeps flat scores fast
     outputs: tuple[str, ...] | None = None  # ssd: model output names, num/boxes/scores/classes
+    track: bool = False  # track ids per stream for every request with a stream (ByteTrack)
 
     @classmethod
     def from_table(cls, t: Table) -> PostprocessConfig | None:
@@ -102,6 +103,7 @@ class PostprocessConfig:
             nms=t.get("nms", bool, base not in NMS_IN_GRAPH),
             max_candidates=t.get("max_candidates", int, 3000, check=positive),
             outputs=tuple(outputs) if outputs is not None else None,
+            track=t.get("track", bool, False),
         )
         t.done()
         if kind is None or decoder is None:

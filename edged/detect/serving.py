@@ -36,6 +36,8 @@ class DetectJob:
     frame: np.ndarray | None
     color: str | None
     raw: bool  # also return the model's raw outputs
+    #: add a track_id column from the stream's tracker (the request has a stream)
+    track: bool = False
 
 
 def input_size(spec: TensorSpec, pre: PreprocessConfig) -> tuple[int, int]:
@@ -65,6 +67,9 @@ def parse_options(post: Postprocessor, options: dict[str, Any]) -> tuple[Options
     raw = options.get("raw", False)
     if not isinstance(raw, bool):
         raise InvalidArgument(f"option 'raw' must be true or false; got {raw!r}")
+    track = options.get("track", False)
+    if not isinstance(track, bool):
+        raise InvalidArgument(f"option 'track' must be true or false; got {track!r}")
     return post.parse_options(options), raw
 
 

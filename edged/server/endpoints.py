@@ -17,7 +17,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from edged.config import ServerConfig
+from edged.config import FrigateConfig, ServerConfig
 from edged.runtime_dir import resolve_endpoints
 from edged.server.state import StartupError
 
@@ -33,6 +33,8 @@ class Endpoints:
         self.ctx = zmq.asyncio.Context()
         self.sockets: list[zmq.asyncio.Socket] = []
         self.control: zmq.asyncio.Socket | None = None
+        #: [[server.frigate]] endpoints: (its config, its bound address, its socket)
+        self.frigate: list[tuple[FrigateConfig, str, zmq.asyncio.Socket]] = []
         self.endpoints: list[str] = []
         self.control_endpoint = ""
         self._auth: Any = None
@@ -54,6 +56,17 @@ class Endpoints:
                 from None
         _restrict(self.control_endpoint)
         self.control = c
+        for f in cfg.frigate:
+            ep = resolve_endpoints((f.endpoint,), runtime_dir)[0]
+            if ep.startswith("tcp://") and not ep.startswith(LOOPBACK_PREFIXES):
+                # Frigate's zmq detector cannot do CURVE: a network endpoint is plain text.
+                if not cfg.insecure:
+                    raise StartupError(
+                        f"frigate endpoint {ep} is reachable from the network and Frigate's "
+                        "zmq detector has no CURVE; use ipc:// or loopback, or set [server] "
+                        "insecure = true")
+                log.warning("insecure: frigate endpoint %s accepts unauthenticated clients", ep)
+            self.frigate.append((f, ep, self._bind_router(ep, cfg, None)))
 
     def _security(self, cfg: ServerConfig) -> tuple[bytes, bytes] | None:
         """Refuse network endpoints without CURVE (unless insecure); start CURVE auth."""
@@ -112,10 +125,11 @@ class Endpoints:
     def close(self) -> None:
         if self._auth is not None:
             self._auth.stop()
-        for s in [*self.sockets, *([self.control] if self.control else [])]:
+        frigate = [s for _, _, s in self.frigate]
+        for s in [*self.sockets, *frigate, *([self.control] if self.control else [])]:
             s.close(linger=500)
         self.ctx.term()
-        for e in [*self.endpoints, self.control_endpoint]:
+        for e in [*self.endpoints, *(ep for _, ep, _ in self.frigate), self.control_endpoint]:
             if e.startswith("ipc:///"):
                 with contextlib.suppress(OSError):
                     os.unlink(e[len("ipc://"):])

@@ -98,6 +98,7 @@ class Health:
             "config": str(cfg.file),
             "endpoints": st.endpoints,
             "control": st.control_endpoint,
+            "frigate": st.frigate_endpoints,
             "metrics": (f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled
                         else None),
             "requests_per_second": round(self.requests_per_second(), 2),

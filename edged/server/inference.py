@@ -162,7 +162,8 @@ class InferencePath:
         deadline = ctx.received + req.timeout_ms / 1000.0 if req.timeout_ms else None
         p = Pending(feeds=feeds, rows=rows, key=key, respond=functools.partial(self._respond, ctx),
                     priority=req.priority, stream=req.stream, deadline=deadline,
-                    outputs=req.outputs, meta=meta, arrival=ctx.received)
+                    outputs=req.outputs, meta=meta, arrival=ctx.received,
+                    max_fps=req.max_fps)
         try:
             model.submit(p)
         except EdgedError as e:
@@ -180,7 +181,8 @@ class InferencePath:
         frames = ok_reply_frames(
             ctx.request_id, ctx.model.name, outcome.variant, outcome.outputs, timing,
             outcome.detections,
-            ctx.model.detections_header() if outcome.detections is not None else None)
+            ctx.model.detections_header(outcome.detections)
+            if outcome.detections is not None else None)
         self._reply(ctx.sock, ctx.envelope, frames)
         self._done(ctx)
         ctx.model.observe_reply(outcome.variant, now - ctx.received, outcome.queue_s)

@@ -26,6 +26,7 @@ from edged.registry import Registry
 from edged.runtime_dir import resolve_runtime_dir
 from edged.server.control import Control
 from edged.server.endpoints import Endpoints
+from edged.server.frigate import FrigatePath
 from edged.server.governing import Governing
 from edged.server.health import Health
 from edged.server.inference import InferencePath
@@ -47,6 +48,7 @@ class Server:
         self.health = Health(state, self.governing)
         self.governing.on_level_change = lambda: state.notifier.status(self.health.status_line())
         self.inference = InferencePath(state, self.health)
+        self.frigate = FrigatePath(state)
         self.endpoints = Endpoints()
         self.reloader = Reloader(state, self.endpoints, self.governing)
         self.control = Control(state, self.health, self.governing, self.reload,
@@ -65,6 +67,7 @@ class Server:
         ep = self.endpoints
         ep.bind(cfg.server, runtime_dir)
         st.endpoints, st.control_endpoint = ep.endpoints, ep.control_endpoint
+        st.frigate_endpoints = {address: f.model for f, address, _ in ep.frigate}
         log.info("edged %s listening endpoints=%s control=%s metrics=%s runtime_dir=%s",
                  __version__, ",".join(ep.endpoints), ep.control_endpoint,
                  f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled else "off",
@@ -72,6 +75,9 @@ class Server:
         loop = asyncio.get_running_loop()
         for s in ep.sockets:
             self._tasks.append(loop.create_task(self.inference.recv_loop(s), name="recv"))
+        for fcfg, address, s in ep.frigate:
+            self._tasks.append(loop.create_task(self.frigate.recv_loop(fcfg, address, s),
+                                                name="frigate"))
         assert ep.control is not None
         self._tasks.append(loop.create_task(self.control.loop(ep.control), name="control"))
         self.governing.configure(cfg)

@@ -52,6 +52,8 @@ def needs_restart(old: Config, new: Config) -> list[str]:
         keys.append("server.endpoints")
     if a.control != b.control:
         keys.append("server.control")
+    if a.frigate != b.frigate:
+        keys.append("server.frigate")
     if a.runtime_dir != b.runtime_dir:
         keys.append("server.runtime_dir")
     if a.insecure != b.insecure:

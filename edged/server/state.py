@@ -42,6 +42,8 @@ class ServerState:
     #: bound addresses, for status and logs
     endpoints: list[str] = field(default_factory=list)
     control_endpoint: str = ""
+    #: [[server.frigate]] endpoints as bound: address -> model
+    frigate_endpoints: dict[str, str] = field(default_factory=dict)
     #: the outcome of the last reload (status shows it)
     last_reload: dict[str, Any] | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
