@@ -25,11 +25,12 @@ from edged.metrics import Metrics
 from edged.registry import Registry
 from edged.runtime_dir import resolve_runtime_dir
 from edged.server.control import Control
-from edged.server.endpoints import Endpoints
+from edged.server.endpoints import Endpoints, is_local
 from edged.server.governing import Governing
 from edged.server.health import Health
 from edged.server.inference import InferencePath
 from edged.server.reload import Reloader
+from edged.server.shm import ShmRings
 from edged.server.state import ServerState, StartupError, swap_headroom_bytes
 from edged.systemd import Notifier
 
@@ -46,7 +47,8 @@ class Server:
         self.governing = Governing(state)
         self.health = Health(state, self.governing)
         self.governing.on_level_change = lambda: state.notifier.status(self.health.status_line())
-        self.inference = InferencePath(state, self.health)
+        self.shm = ShmRings(state)
+        self.inference = InferencePath(state, self.health, self.shm)
         self.endpoints = Endpoints()
         self.reloader = Reloader(state, self.endpoints, self.governing)
         self.control = Control(state, self.health, self.governing, self.reload,
@@ -70,8 +72,12 @@ class Server:
                  f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled else "off",
                  runtime_dir)
         loop = asyncio.get_running_loop()
-        for s in ep.sockets:
+        self.shm.configure(runtime_dir)
+        for s, e in zip(ep.sockets, ep.endpoints, strict=True):
+            if not is_local(e):
+                self.inference.remote.add(s)
             self._tasks.append(loop.create_task(self.inference.recv_loop(s), name="recv"))
+        self._tasks.append(loop.create_task(self.shm.loop(), name="shm-reaper"))
         assert ep.control is not None
         self._tasks.append(loop.create_task(self.control.loop(ep.control), name="control"))
         self.governing.configure(cfg)
@@ -147,6 +153,7 @@ class Server:
         self.governing.close()
         self.endpoints.close()
         self.inference.close()
+        self.shm.close()
         st.metrics.close()
         log.info("stopped answered=%d", st.answered)
 
