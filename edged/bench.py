@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
@@ -38,6 +39,9 @@ def add_parser(subparsers: Any) -> None:
                    help="also run this ONNX file in process and print daemon/raw ratios")
     p.add_argument("--rounds", type=int, default=1,
                    help="interleaved daemon/raw rounds; ratios are the median (default 1)")
+    p.add_argument("--transport", choices=("socket", "shm"), default="socket",
+                   help="tensors as socket frames (default) or through a shared-memory ring "
+                        "(same host only; docs/protocol.md)")
     p.add_argument("--json", type=Path, help="write the full result here")
     p.set_defaults(func=run)
 
@@ -47,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.input != "random" and args.file is None:
         print(f"edged bench: --input {args.input} needs --file", file=sys.stderr)
+        return 2
+    if args.transport == "shm" and args.input == "image":
+        print("edged bench: --transport shm carries raw tensors; send an image as a uint8 "
+              "frame with --input npy", file=sys.stderr)
         return 2
     with Client(args.endpoint, timeout_s=10.0) as c:
         r = c.models()
@@ -99,8 +107,9 @@ def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
     done = ctx.Value("l", 0)
     out = ctx.Queue()
     blobs = [bytes(f) for f in frames]
+    transport = getattr(args, "transport", "socket")
     procs = [ctx.Process(target=_client, args=(args.endpoint, header, blobs, args.in_flight,
-                                               args.duration, done, out))
+                                               args.duration, done, out, transport))
              for _ in range(args.clients)]
     for p in procs:
         p.start()
@@ -127,13 +136,14 @@ def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
 
 
 def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_flight: int,
-            duration: float, done: Any, out: Any) -> None:
+            duration: float, done: Any, out: Any, transport: str = "socket") -> None:
     import zmq
 
     ctx = zmq.Context()
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
     s.connect(endpoint)
+    shm = _ShmSender(s, header, frames, in_flight) if transport == "shm" else None
     sent: dict[int, float] = {}
     lat: list[float] = []
     statuses: dict[str, int] = {}
@@ -144,8 +154,11 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
     def send() -> None:
         nonlocal n
         n += 1
-        h = json.dumps({"v": 1, **header, "id": n}).encode()
         sent[n] = time.perf_counter()
+        if shm is not None:
+            s.send_multipart(shm.message(n), copy=False)
+            return
+        h = json.dumps({"v": 1, **header, "id": n}).encode()
         s.send_multipart([h, *frames], copy=False)
 
     for _ in range(in_flight):
@@ -157,6 +170,8 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
         now = time.perf_counter()
         h = json.loads(reply[0])
         start = sent.pop(h.get("id"), None)
+        if shm is not None:
+            shm.done(h.get("id"))
         if start is not None:
             lat.append(now - start)
         statuses[h.get("status", "?")] = statuses.get(h.get("status", "?"), 0) + 1
@@ -167,6 +182,42 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
     out.put({"latencies": lat, "statuses": statuses, "elapsed": time.monotonic() - t0})
     s.close(0)
     ctx.term()
+
+
+class _ShmSender:
+    """A bench client's ring: each request copies its tensors into a free slot (what a
+    camera app writing its frame there pays) and names the slot in its header."""
+
+    def __init__(self, sock: Any, header: dict[str, Any], frames: list[bytes],
+                 in_flight: int) -> None:
+        from edged.protocol import DTYPES
+        from edged.shm import SlotRing, align
+
+        sock.send_multipart([json.dumps({
+            "v": 1, "op": "shm", "id": "ring", "slots": in_flight * len(frames),
+            "slot_bytes": align(max(len(f) for f in frames)), "pid": os.getpid()}).encode()])
+        r = json.loads(sock.recv_multipart()[0])
+        if r.get("status") != "OK":
+            raise SystemExit(f"edged bench: no shared-memory ring: {r.get('error')}")
+        self.ring = SlotRing(r["segment"], r["slots"], r["slot_bytes"])
+        self.header = header
+        self.arrays = [np.frombuffer(f, DTYPES[m["dtype"]]).reshape(m["shape"])
+                       for m, f in zip(header["inputs"], frames, strict=True)]
+        self.taken: dict[int, list[dict[str, Any]]] = {}
+
+    def message(self, n: int) -> list[bytes]:
+        metas = []
+        for m, a in zip(self.header["inputs"], self.arrays, strict=True):
+            placed = self.ring.put(a)
+            if placed is None:
+                raise SystemExit("edged bench: every shared-memory slot is in flight")
+            metas.append({**placed, **({"name": m["name"]} if "name" in m else {})})
+        self.taken[n] = metas
+        return [json.dumps({"v": 1, **self.header, "id": n, "inputs": metas}).encode()]
+
+    def done(self, n: Any) -> None:
+        for m in self.taken.pop(n, []):
+            self.ring.release(m)
 
 
 def raw_ort(model: Path, duration: float, frames: list[Any],
