@@ -18,7 +18,7 @@ import signal
 import time
 from typing import Any
 
-from edged import __version__
+from edged import __version__, threadplan
 from edged.config import Config, ModelConfig
 from edged.errors import ConfigError
 from edged.metrics import Metrics
@@ -64,6 +64,9 @@ class Server:
         except ConfigError as e:
             raise StartupError(str(e)) from None
         self._serve_metrics()
+        plan = threadplan.current()
+        threadplan.apply_process_wide(plan)
+        log.info("thread plan %s", " ".join(f"{k}={v}" for k, v in plan.describe().items()))
         ep = self.endpoints
         ep.bind(cfg.server, runtime_dir)
         st.endpoints, st.control_endpoint = ep.endpoints, ep.control_endpoint
