@@ -37,6 +37,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--file", type=Path, help="the image (.jpg/.png) or .npy for --input")
     p.add_argument("--raw", type=Path, metavar="MODEL_FILE",
                    help="also run this ONNX file in process and print daemon/raw ratios")
+    p.add_argument("--raw-pipeline", type=Path, metavar="CONFIG",
+                   help="with --input image: the in-process reference is the whole pipeline "
+                        "of --model as CONFIG describes it (decode, preprocess, ORT with "
+                        "default session options, a detector's decode+NMS), edged's own code")
     p.add_argument("--rounds", type=int, default=1,
                    help="interleaved daemon/raw rounds; ratios are the median (default 1)")
     p.add_argument("--transport", choices=("socket", "shm"), default="socket",
@@ -68,11 +72,13 @@ def run(args: argparse.Namespace) -> int:
                               "rounds": []}
     for k in range(args.rounds):
         rnd: dict[str, Any] = {"daemon": drive(args, header, frames, f"round {k + 1}")}
-        if args.raw is not None:
+        if args.raw_pipeline is not None:
+            rnd["raw"] = raw_pipeline(args.raw_pipeline, args.model, frames, args.duration)
+        elif args.raw is not None:
             rnd["raw"] = raw_ort(args.raw, args.duration, frames, header)
         result["rounds"].append(rnd)
         show(rnd)
-    if args.raw is not None:
+    if args.raw is not None or args.raw_pipeline is not None:
         result["ratios"] = ratios(result["rounds"])
         print("median over rounds: " + ", ".join(f"{k} {v:.2f}" for k, v in
                                                  result["ratios"].items()))
@@ -263,6 +269,57 @@ def raw_ort(model: Path, duration: float, frames: list[Any],
             n += b
         best = max(best, n / (time.monotonic() - t0))
     return {"batch1": percentiles_ms(lat), "best_throughput": best}
+
+
+def raw_pipeline(config: Path, model: str, frames: list[Any],
+                 duration: float) -> dict[str, Any]:
+    """One encoded image through the model's whole pipeline in process, one at a time:
+    what an application calling ORT itself does, with edged's own decode, preprocess
+    and post-processing code so that only serving differs."""
+    import onnxruntime as ort
+
+    from edged.backends.onnxruntime import _spec
+    from edged.config import load_config
+    from edged.preprocess import Preprocessor, decode_image
+
+    mc = load_config(config).model(model)
+    if mc is None or mc.preprocess is None:
+        raise SystemExit(f"edged bench: {config} has no model {model!r} with preprocessing")
+    v = mc.variants[0]
+    sess = ort.InferenceSession(str(v.path), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    pre = Preprocessor(mc.preprocess)
+    data = bytes(frames[0])
+    step: Any
+    if mc.postprocess is not None:
+        from types import SimpleNamespace
+
+        from edged.detect.serving import DetectJob, build_postprocessor, detect_batch, fit_frame
+
+        specs = SimpleNamespace(inputs=[_spec(a) for a in sess.get_inputs()],
+                                outputs=[_spec(a) for a in sess.get_outputs()])
+        post = build_postprocessor(mc.postprocess, mc.preprocess, specs,  # type: ignore[arg-type]
+                                   v.path, mc.preprocess.input)
+        names = [o.name for o in sess.get_outputs()]
+        opts = post.parse_options({})
+
+        def step() -> None:
+            frame = decode_image(data, 1 << 25, "jpeg" if data[:2] == b"\xff\xd8" else "png")
+            x, tf = fit_frame(post, pre, frame, "bgr", post.input_size)
+            outs = dict(zip(names, sess.run(names, {name: x}), strict=True))
+            detect_batch(post, outs, [DetectJob(opts, tf, post.input_size, None, None, False)])
+    else:
+        def step() -> None:
+            sess.run(None, {name: pre.from_encoded(data, 1 << 25)})
+
+    step()
+    lat: list[float] = []
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        step()
+        lat.append(time.perf_counter() - t)
+    return {"batch1": percentiles_ms(lat), "best_throughput": len(lat) / sum(lat)}
 
 
 def ratios(rounds: list[dict[str, Any]]) -> dict[str, float]:
