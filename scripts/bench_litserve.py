@@ -26,6 +26,8 @@ import base64
 import http.client
 import json
 import multiprocessing as mp
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -140,7 +142,7 @@ def main() -> int:
     port = free_port()
     ls = subprocess.Popen([str(args.litserve_python), str(tmp / "server.py"), str(model),
                            str(port)], stdout=(tmp / "litserve.log").open("wb"),
-                          stderr=subprocess.STDOUT)
+                          stderr=subprocess.STDOUT, start_new_session=True)
     cfg = tmp / "edged.toml"
     cfg.write_text(f'[server]\n[metrics]\nlisten = "off"\n[[models]]\nname = "bench"\n'
                    f'required = true\nmax_batch_size = 8\n[[models.variants]]\nname = "fp32"\n'
@@ -161,8 +163,12 @@ def main() -> int:
                   f"{edg['p99_ms']:.1f} ms", flush=True)
     finally:
         daemon.stop()
-        ls.terminate()
-        ls.wait(20)
+        # LitServe's workers are children of the server: end the whole process group.
+        os.killpg(ls.pid, signal.SIGTERM)
+        try:
+            ls.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(ls.pid, signal.SIGKILL)
     rounds = result["rounds"]
     result["machine"]["load_avg_end"] = machine_info()["load_avg"]
     result["ratios"] = {
