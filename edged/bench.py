@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     for k in range(args.rounds):
         rnd: dict[str, Any] = {"daemon": drive(args, header, frames, f"round {k + 1}")}
         if args.raw_pipeline is not None:
-            rnd["raw"] = raw_pipeline(args.raw_pipeline, args.model, frames, args.duration)
+            rnd["raw"] = raw_pipeline(args.raw_pipeline, args.model, header, frames,
+                                      args.duration)
         elif args.raw is not None:
             rnd["raw"] = raw_ort(args.raw, args.duration, frames, header)
         result["rounds"].append(rnd)
@@ -271,11 +272,11 @@ def raw_ort(model: Path, duration: float, frames: list[Any],
     return {"batch1": percentiles_ms(lat), "best_throughput": best}
 
 
-def raw_pipeline(config: Path, model: str, frames: list[Any],
+def raw_pipeline(config: Path, model: str, header: dict[str, Any], frames: list[Any],
                  duration: float) -> dict[str, Any]:
-    """One encoded image through the model's whole pipeline in process, one at a time:
-    what an application calling ORT itself does, with edged's own decode, preprocess
-    and post-processing code so that only serving differs."""
+    """One image (encoded, or a raw uint8 frame) through the model's whole pipeline in
+    process, one at a time: what an application calling ORT itself does, with edged's
+    own decode, preprocess and post-processing code so that only serving differs."""
     import onnxruntime as ort
 
     from edged.backends.onnxruntime import _spec
@@ -290,6 +291,15 @@ def raw_pipeline(config: Path, model: str, frames: list[Any],
     name = sess.get_inputs()[0].name
     pre = Preprocessor(mc.preprocess)
     data = bytes(frames[0])
+    meta = header["inputs"][0]
+    raw_frame = (np.frombuffer(data, np.uint8).reshape(meta["shape"])
+                 if meta.get("encoding", "raw") == "raw" else None)
+
+    def image() -> np.ndarray:
+        if raw_frame is not None:
+            return raw_frame
+        return decode_image(data, 1 << 25, "jpeg" if data[:2] == b"\xff\xd8" else "png")
+
     step: Any
     if mc.postprocess is not None:
         from types import SimpleNamespace
@@ -304,13 +314,13 @@ def raw_pipeline(config: Path, model: str, frames: list[Any],
         opts = post.parse_options({})
 
         def step() -> None:
-            frame = decode_image(data, 1 << 25, "jpeg" if data[:2] == b"\xff\xd8" else "png")
-            x, tf = fit_frame(post, pre, frame, "bgr", post.input_size)
+            x, tf = fit_frame(post, pre, image(), "bgr" if raw_frame is None else None,
+                              post.input_size)
             outs = dict(zip(names, sess.run(names, {name: x}), strict=True))
             detect_batch(post, outs, [DetectJob(opts, tf, post.input_size, None, None, False)])
     else:
         def step() -> None:
-            sess.run(None, {name: pre.from_encoded(data, 1 << 25)})
+            sess.run(None, {name: pre.from_frame(image(), "bgr" if raw_frame is None else None)})
 
     step()
     lat: list[float] = []
