@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from edged.config import ShmConfig
 from edged.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from edged.protocol import Request, ShmRef
 from edged.server.state import ServerState
@@ -50,7 +51,7 @@ class ShmRings:
         self._mode = 0o600
 
     @property
-    def cfg(self) -> Any:
+    def cfg(self) -> ShmConfig:
         return self.state.config.server.shm
 
     def configure(self, runtime_dir: Path) -> None:
