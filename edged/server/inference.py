@@ -1,6 +1,7 @@
 """The inference path: receive, admit, decode off the loop, submit, reply, count.
 
-One request, in order: ``recv_loop`` -> ``handle`` (parse, admission) -> ``Model.prepare``
+One request, in order: ``recv_loop`` -> ``handle`` (parse, admission, shared-memory
+inputs read by the shm room) -> ``Model.prepare``
 (on the event loop for raw tensors, on the decode pool for images) -> ``Model.submit``
 -> the model's batcher computes -> ``_respond`` (reply frames, request metrics).
 Every request that can be attributed to a sender gets exactly one reply.

@@ -4,9 +4,9 @@
 ``drain`` (stop taking work, finish what is queued within the drain timeout, answer
 the rest UNAVAILABLE), ``stop`` (close everything). SIGHUP reloads the config.
 Signals only set a flag or schedule work; this module alone creates the long-lived
-tasks (receive loops, control, governor, watchdog). All socket I/O and batching run
-on one asyncio loop; inference on one worker thread per model; image decoding on a
-small pool.
+tasks (receive loops, control, governor, watchdog, the shared-memory reaper). All
+socket I/O and batching run on one asyncio loop; inference on one worker thread per
+model; image decoding on a small pool.
 """
 
 from __future__ import annotations
