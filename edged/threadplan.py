@@ -7,10 +7,15 @@ want a core at the moments between batches. ``plan`` decides from the core count
 (pure); the ORT backend and the daemon read the one plan.
 
 - ORT intra-op threads: one per physical core (ORT's own default).
-- Spinning: on *during* ``Run`` (each operator's parallel section then starts without
-  a futex wake-up, as in a default ORT session) and stopped the moment ``Run`` returns
+- Spinning, on devices with at least ``SPIN_MIN_CORES`` cores: on *during* ``Run``
+  (each operator's parallel section then starts without a futex wake-up, as in a
+  default ORT session) and stopped the moment ``Run`` returns
   (``session.force_spinning_stop``), so the pool never spins against the event loop,
-  ZeroMQ or the clients between batches and an idle daemon burns nothing.
+  ZeroMQ or the clients between batches and an idle daemon burns nothing. On smaller
+  devices the pool's threads already take every core and share them with the event
+  loop, ZeroMQ's I/O thread and the clients: there spinning was measured to lose
+  (2 cores: about 2x slower under contention with spin-during-Run; no gain on a quiet
+  machine with ORT's spin-always, issue 13), so it stays off.
 - OpenCV: one thread. Frames are preprocessed on the daemon's decode pool (two
   workers), several at a time under load, so OpenCV's own parallel loops only add
   threads that fight ORT for the same cores.
@@ -38,10 +43,14 @@ class ThreadPlan:
                 "opencv_threads": self.opencv_threads}
 
 
+#: below this many cores ORT's pool would spin on the cores the loop and ZeroMQ need
+SPIN_MIN_CORES = 4
+
+
 def plan(cores: int) -> ThreadPlan:
     """The plan for a device with ``cores`` usable CPUs."""
-    return ThreadPlan(ort_threads=0, ort_spinning=True, ort_spin_between_runs=False,
-                      opencv_threads=1, cores=cores)
+    return ThreadPlan(ort_threads=0, ort_spinning=cores >= SPIN_MIN_CORES,
+                      ort_spin_between_runs=False, opencv_threads=1, cores=cores)
 
 
 @functools.cache

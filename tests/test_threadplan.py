@@ -1,6 +1,6 @@
-"""The thread plan reaches ORT sessions (issue 13 part 2): by default the intra-op pool spins
-while Run computes and stops when it returns; a variant's options can turn spinning off
-or keep it on between runs; OpenCV runs on the plan's thread count in the daemon."""
+"""The thread plan reaches ORT sessions (issue 13 part 2): with spare cores the intra-op pool
+spins while Run computes and stops when it returns, on small devices it does not spin; a
+variant's options override either way; OpenCV runs on the plan's thread count."""
 
 from __future__ import annotations
 
@@ -31,11 +31,17 @@ def _entry(so: Any, key: str) -> str:
         return ""
 
 
-def test_default_spins_during_run_only() -> None:
-    assert threadplan.current().ort_spinning and not threadplan.current().ort_spin_between_runs
+def test_default_follows_the_plan_for_this_machine() -> None:
+    p = threadplan.current()
     e = session_entries({})
-    assert e["session.intra_op.allow_spinning"] == "1"
-    assert e["session.force_spinning_stop"] == "1"
+    assert e["session.intra_op.allow_spinning"] == ("1" if p.ort_spinning else "0")
+    assert e["session.force_spinning_stop"] == ("1" if p.ort_spinning else "")
+
+
+def test_plan_spins_during_run_only_with_spare_cores() -> None:
+    small, big = threadplan.plan(2), threadplan.plan(threadplan.SPIN_MIN_CORES)
+    assert not small.ort_spinning
+    assert big.ort_spinning and not big.ort_spin_between_runs
 
 
 @pytest.mark.parametrize(("opts", "spin", "stop"), [

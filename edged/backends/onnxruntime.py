@@ -2,10 +2,10 @@
 
 Why these defaults: a daemon on a battery-powered device must not burn idle CPU, yet
 per-operator wake-ups of the intra-op pool cost about 1 ms per MobileNetV2 inference;
-so the pool spins while ``Run`` computes and stops spinning the moment it returns
-(``edged.threadplan``: measured, not assumed). Execution providers are tried in the
-configured order and we log (and report) the one that *actually* runs, because ORT
-silently falls back to CPU when a GPU provider is unavailable.
+so where there are cores to spare the pool spins while ``Run`` computes and stops the
+moment it returns, and on small devices it does not spin (``edged.threadplan``).
+Execution providers are tried in the configured order and we log (and report) the one
+that *actually* runs, because ORT silently falls back to CPU when a GPU provider is unavailable.
 """
 
 from __future__ import annotations
