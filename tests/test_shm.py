@@ -261,6 +261,18 @@ def test_a_killed_client_leaves_no_segment(daemon: Daemon) -> None:
     assert name not in segments(daemon.pid)
 
 
+def test_start_removes_segments_of_a_daemon_that_died(make_daemon: Any, tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    orphan = SHM_DIR / f"edged-{gone.pid}-0123456789abcdef"
+    orphan.write_bytes(b"left by a SIGKILLed daemon")
+    try:
+        make_daemon(digits_config(tmp_path))
+        assert not orphan.exists()
+    finally:
+        orphan.unlink(missing_ok=True)
+
+
 def test_daemon_stop_removes_segments(make_daemon: Any, tmp_path: Path) -> None:
     d = make_daemon(digits_config(tmp_path, server=SHM_FAST))
     s = dealer(d.ipc)

@@ -25,7 +25,7 @@ from edged.config import ShmConfig
 from edged.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from edged.protocol import Request, ShmRef
 from edged.server.state import ServerState
-from edged.shm import ShmSegment, align, available, segment_mode
+from edged.shm import NAME_RE, PREFIX, SHM_DIR, ShmSegment, align, available, segment_mode
 
 log = logging.getLogger("edged.server")
 
@@ -56,6 +56,26 @@ class ShmRings:
 
     def configure(self, runtime_dir: Path) -> None:
         self._mode = segment_mode(runtime_dir)
+        self._remove_orphans()
+
+    @staticmethod
+    def _remove_orphans() -> None:
+        """Segments of an edged daemon that died without stopping (SIGKILL, power loss on a
+        persistent /dev/shm) are this user's to remove: nobody else will."""
+        if not available():
+            return
+        for path in SHM_DIR.glob(PREFIX + "*"):
+            m = NAME_RE.match(path.name)
+            try:
+                if m is None or path.stat().st_uid != os.getuid():
+                    continue
+                pid = int(path.name.split("-")[1])
+                if pid != os.getpid() and not _alive(pid):
+                    path.unlink()
+                    log.info("removed shared-memory segment %s of a daemon that is gone",
+                             path.name)
+            except (OSError, ValueError):
+                continue
 
     def describe(self) -> dict[str, Any]:
         return {"rings": len(self._rings),
