@@ -37,6 +37,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--file", type=Path, help="the image (.jpg/.png) or .npy for --input")
     p.add_argument("--raw", type=Path, metavar="MODEL_FILE",
                    help="also run this ONNX file in process and print daemon/raw ratios")
+    p.add_argument("--raw-spin-off", action="store_true",
+                   help="with --raw: also time a raw session with spinning off (the "
+                        "daemon's setting on small devices), to separate serving overhead "
+                        "from ORT's spinning under CPU contention")
     p.add_argument("--raw-pipeline", type=Path, metavar="CONFIG",
                    help="with --input image: the in-process reference is the whole pipeline "
                         "of --model as CONFIG describes it (decode, preprocess, ORT with "
@@ -77,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
                                       args.duration)
         elif args.raw is not None:
             rnd["raw"] = raw_ort(args.raw, args.duration, frames, header)
+            if args.raw_spin_off:
+                rnd["raw_spin_off"] = raw_ort(args.raw, args.duration, frames, header,
+                                              spinning=False)
         result["rounds"].append(rnd)
         show(rnd)
     if args.raw is not None or args.raw_pipeline is not None:
@@ -228,12 +235,18 @@ class _ShmSender:
 
 
 def raw_ort(model: Path, duration: float, frames: list[Any],
-            header: dict[str, Any]) -> dict[str, Any]:
+            header: dict[str, Any], spinning: bool | None = None) -> dict[str, Any]:
     """The same model in process, ORT default session options: batch-1 latency and
-    throughput at the best batch of 1/2/4/8 (what calling ORT yourself gives)."""
+    throughput at the best batch of 1/2/4/8 (what calling ORT yourself gives).
+    ``spinning=False``: the same with the intra-op pool's spinning off."""
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    if spinning is not None:
+        so.add_session_config_entry("session.intra_op.allow_spinning",
+                                    "1" if spinning else "0")
+    sess = ort.InferenceSession(str(model), sess_options=so,
+                                providers=["CPUExecutionProvider"])
     specs = sess.get_inputs()
     rng = np.random.default_rng(0)
     type_map = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8,
@@ -339,6 +352,11 @@ def ratios(rounds: list[dict[str, Any]]) -> dict[str, float]:
     out = {"p50 daemon/raw": statistics.median(lat)}
     if thr:
         out["throughput daemon/raw-best"] = statistics.median(thr)
+    if all("raw_spin_off" in r for r in rounds):
+        out["p50 daemon/raw-spin-off"] = statistics.median(
+            r["daemon"]["p50_ms"] / r["raw_spin_off"]["batch1"]["p50_ms"] for r in rounds)
+        out["throughput daemon/raw-spin-off-best"] = statistics.median(
+            r["daemon"]["throughput"] / r["raw_spin_off"]["best_throughput"] for r in rounds)
     return out
 
 
@@ -347,10 +365,11 @@ def show(rnd: dict[str, Any]) -> None:
     print(f"daemon: {d['throughput']:.1f} req/s  p50 {d['p50_ms']:.2f} ms  p90 "
           f"{d['p90_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms  ({d['clients']} client(s) x "
           f"{d['in_flight']} in flight; statuses {d['statuses']})")
-    if "raw" in rnd:
-        r = rnd["raw"]
-        print(f"raw ORT: batch-1 p50 {r['batch1']['p50_ms']:.2f} ms  best "
-              f"{r['best_throughput']:.1f}/s")
+    for key, label in (("raw", "raw ORT"), ("raw_spin_off", "raw ORT, spinning off")):
+        if key in rnd:
+            r = rnd[key]
+            print(f"{label}: batch-1 p50 {r['batch1']['p50_ms']:.2f} ms  best "
+                  f"{r['best_throughput']:.1f}/s")
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
