@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
@@ -36,8 +37,19 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--file", type=Path, help="the image (.jpg/.png) or .npy for --input")
     p.add_argument("--raw", type=Path, metavar="MODEL_FILE",
                    help="also run this ONNX file in process and print daemon/raw ratios")
+    p.add_argument("--raw-spin-off", action="store_true",
+                   help="with --raw: also time a raw session with spinning off (the "
+                        "daemon's setting on small devices), to separate serving overhead "
+                        "from ORT's spinning under CPU contention")
+    p.add_argument("--raw-pipeline", type=Path, metavar="CONFIG",
+                   help="with --input image: the in-process reference is the whole pipeline "
+                        "of --model as CONFIG describes it (decode, preprocess, ORT with "
+                        "default session options, a detector's decode+NMS), edged's own code")
     p.add_argument("--rounds", type=int, default=1,
                    help="interleaved daemon/raw rounds; ratios are the median (default 1)")
+    p.add_argument("--transport", choices=("socket", "shm"), default="socket",
+                   help="tensors as socket frames (default) or through a shared-memory ring "
+                        "(same host only; docs/protocol.md)")
     p.add_argument("--json", type=Path, help="write the full result here")
     p.set_defaults(func=run)
 
@@ -47,6 +59,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.input != "random" and args.file is None:
         print(f"edged bench: --input {args.input} needs --file", file=sys.stderr)
+        return 2
+    if args.transport == "shm" and args.input == "image":
+        print("edged bench: --transport shm carries raw tensors; send an image as a uint8 "
+              "frame with --input npy", file=sys.stderr)
         return 2
     with Client(args.endpoint, timeout_s=10.0) as c:
         r = c.models()
@@ -60,11 +76,17 @@ def run(args: argparse.Namespace) -> int:
                               "rounds": []}
     for k in range(args.rounds):
         rnd: dict[str, Any] = {"daemon": drive(args, header, frames, f"round {k + 1}")}
-        if args.raw is not None:
+        if args.raw_pipeline is not None:
+            rnd["raw"] = raw_pipeline(args.raw_pipeline, args.model, header, frames,
+                                      args.duration)
+        elif args.raw is not None:
             rnd["raw"] = raw_ort(args.raw, args.duration, frames, header)
+            if args.raw_spin_off:
+                rnd["raw_spin_off"] = raw_ort(args.raw, args.duration, frames, header,
+                                              spinning=False)
         result["rounds"].append(rnd)
         show(rnd)
-    if args.raw is not None:
+    if args.raw is not None or args.raw_pipeline is not None:
         result["ratios"] = ratios(result["rounds"])
         print("median over rounds: " + ", ".join(f"{k} {v:.2f}" for k, v in
                                                  result["ratios"].items()))
@@ -99,8 +121,9 @@ def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
     done = ctx.Value("l", 0)
     out = ctx.Queue()
     blobs = [bytes(f) for f in frames]
+    transport = getattr(args, "transport", "socket")
     procs = [ctx.Process(target=_client, args=(args.endpoint, header, blobs, args.in_flight,
-                                               args.duration, done, out))
+                                               args.duration, done, out, transport))
              for _ in range(args.clients)]
     for p in procs:
         p.start()
@@ -127,13 +150,14 @@ def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
 
 
 def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_flight: int,
-            duration: float, done: Any, out: Any) -> None:
+            duration: float, done: Any, out: Any, transport: str = "socket") -> None:
     import zmq
 
     ctx = zmq.Context()
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
     s.connect(endpoint)
+    shm = _ShmSender(s, header, frames, in_flight) if transport == "shm" else None
     sent: dict[int, float] = {}
     lat: list[float] = []
     statuses: dict[str, int] = {}
@@ -144,8 +168,11 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
     def send() -> None:
         nonlocal n
         n += 1
-        h = json.dumps({"v": 1, **header, "id": n}).encode()
         sent[n] = time.perf_counter()
+        if shm is not None:
+            s.send_multipart(shm.message(n), copy=False)
+            return
+        h = json.dumps({"v": 1, **header, "id": n}).encode()
         s.send_multipart([h, *frames], copy=False)
 
     for _ in range(in_flight):
@@ -157,6 +184,8 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
         now = time.perf_counter()
         h = json.loads(reply[0])
         start = sent.pop(h.get("id"), None)
+        if shm is not None:
+            shm.done(h.get("id"))
         if start is not None:
             lat.append(now - start)
         statuses[h.get("status", "?")] = statuses.get(h.get("status", "?"), 0) + 1
@@ -169,13 +198,55 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
     ctx.term()
 
 
+class _ShmSender:
+    """A bench client's ring: each request copies its tensors into a free slot (what a
+    camera app writing its frame there pays) and names the slot in its header."""
+
+    def __init__(self, sock: Any, header: dict[str, Any], frames: list[bytes],
+                 in_flight: int) -> None:
+        from edged.protocol import DTYPES
+        from edged.shm import SlotRing, align
+
+        sock.send_multipart([json.dumps({
+            "v": 1, "op": "shm", "id": "ring", "slots": in_flight * len(frames),
+            "slot_bytes": align(max(len(f) for f in frames)), "pid": os.getpid()}).encode()])
+        r = json.loads(sock.recv_multipart()[0])
+        if r.get("status") != "OK":
+            raise SystemExit(f"edged bench: no shared-memory ring: {r.get('error')}")
+        self.ring = SlotRing(r["segment"], r["slots"], r["slot_bytes"])
+        self.header = header
+        self.arrays = [np.frombuffer(f, DTYPES[m["dtype"]]).reshape(m["shape"])
+                       for m, f in zip(header["inputs"], frames, strict=True)]
+        self.taken: dict[int, list[dict[str, Any]]] = {}
+
+    def message(self, n: int) -> list[bytes]:
+        metas = []
+        for m, a in zip(self.header["inputs"], self.arrays, strict=True):
+            placed = self.ring.put(a)
+            if placed is None:
+                raise SystemExit("edged bench: every shared-memory slot is in flight")
+            metas.append({**placed, **({"name": m["name"]} if "name" in m else {})})
+        self.taken[n] = metas
+        return [json.dumps({"v": 1, **self.header, "id": n, "inputs": metas}).encode()]
+
+    def done(self, n: Any) -> None:
+        for m in self.taken.pop(n, []):
+            self.ring.release(m)
+
+
 def raw_ort(model: Path, duration: float, frames: list[Any],
-            header: dict[str, Any]) -> dict[str, Any]:
+            header: dict[str, Any], spinning: bool | None = None) -> dict[str, Any]:
     """The same model in process, ORT default session options: batch-1 latency and
-    throughput at the best batch of 1/2/4/8 (what calling ORT yourself gives)."""
+    throughput at the best batch of 1/2/4/8 (what calling ORT yourself gives).
+    ``spinning=False``: the same with the intra-op pool's spinning off."""
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    if spinning is not None:
+        so.add_session_config_entry("session.intra_op.allow_spinning",
+                                    "1" if spinning else "0")
+    sess = ort.InferenceSession(str(model), sess_options=so,
+                                providers=["CPUExecutionProvider"])
     specs = sess.get_inputs()
     rng = np.random.default_rng(0)
     type_map = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8,
@@ -214,6 +285,66 @@ def raw_ort(model: Path, duration: float, frames: list[Any],
     return {"batch1": percentiles_ms(lat), "best_throughput": best}
 
 
+def raw_pipeline(config: Path, model: str, header: dict[str, Any], frames: list[Any],
+                 duration: float) -> dict[str, Any]:
+    """One image (encoded, or a raw uint8 frame) through the model's whole pipeline in
+    process, one at a time: what an application calling ORT itself does, with edged's
+    own decode, preprocess and post-processing code so that only serving differs."""
+    import onnxruntime as ort
+
+    from edged.backends.onnxruntime import _spec
+    from edged.config import load_config
+    from edged.preprocess import Preprocessor, decode_image
+
+    mc = load_config(config).model(model)
+    if mc is None or mc.preprocess is None:
+        raise SystemExit(f"edged bench: {config} has no model {model!r} with preprocessing")
+    v = mc.variants[0]
+    sess = ort.InferenceSession(str(v.path), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    pre = Preprocessor(mc.preprocess)
+    data = bytes(frames[0])
+    meta = header["inputs"][0]
+    raw_frame = (np.frombuffer(data, np.uint8).reshape(meta["shape"])
+                 if meta.get("encoding", "raw") == "raw" else None)
+
+    def image() -> np.ndarray:
+        if raw_frame is not None:
+            return raw_frame
+        return decode_image(data, 1 << 25, "jpeg" if data[:2] == b"\xff\xd8" else "png")
+
+    step: Any
+    if mc.postprocess is not None:
+        from types import SimpleNamespace
+
+        from edged.detect.serving import DetectJob, build_postprocessor, detect_batch, fit_frame
+
+        specs = SimpleNamespace(inputs=[_spec(a) for a in sess.get_inputs()],
+                                outputs=[_spec(a) for a in sess.get_outputs()])
+        post = build_postprocessor(mc.postprocess, mc.preprocess, specs,  # type: ignore[arg-type]
+                                   v.path, mc.preprocess.input)
+        names = [o.name for o in sess.get_outputs()]
+        opts = post.parse_options({})
+
+        def step() -> None:
+            x, tf = fit_frame(post, pre, image(), "bgr" if raw_frame is None else None,
+                              post.input_size)
+            outs = dict(zip(names, sess.run(names, {name: x}), strict=True))
+            detect_batch(post, outs, [DetectJob(opts, tf, post.input_size, None, None, False)])
+    else:
+        def step() -> None:
+            sess.run(None, {name: pre.from_frame(image(), "bgr" if raw_frame is None else None)})
+
+    step()
+    lat: list[float] = []
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        step()
+        lat.append(time.perf_counter() - t)
+    return {"batch1": percentiles_ms(lat), "best_throughput": len(lat) / sum(lat)}
+
+
 def ratios(rounds: list[dict[str, Any]]) -> dict[str, float]:
     lat = [r["daemon"]["p50_ms"] / r["raw"]["batch1"]["p50_ms"] for r in rounds]
     thr = [r["daemon"]["throughput"] / r["raw"]["best_throughput"] for r in rounds
@@ -221,6 +352,11 @@ def ratios(rounds: list[dict[str, Any]]) -> dict[str, float]:
     out = {"p50 daemon/raw": statistics.median(lat)}
     if thr:
         out["throughput daemon/raw-best"] = statistics.median(thr)
+    if all("raw_spin_off" in r for r in rounds):
+        out["p50 daemon/raw-spin-off"] = statistics.median(
+            r["daemon"]["p50_ms"] / r["raw_spin_off"]["batch1"]["p50_ms"] for r in rounds)
+        out["throughput daemon/raw-spin-off-best"] = statistics.median(
+            r["daemon"]["throughput"] / r["raw_spin_off"]["best_throughput"] for r in rounds)
     return out
 
 
@@ -229,10 +365,11 @@ def show(rnd: dict[str, Any]) -> None:
     print(f"daemon: {d['throughput']:.1f} req/s  p50 {d['p50_ms']:.2f} ms  p90 "
           f"{d['p90_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms  ({d['clients']} client(s) x "
           f"{d['in_flight']} in flight; statuses {d['statuses']})")
-    if "raw" in rnd:
-        r = rnd["raw"]
-        print(f"raw ORT: batch-1 p50 {r['batch1']['p50_ms']:.2f} ms  best "
-              f"{r['best_throughput']:.1f}/s")
+    for key, label in (("raw", "raw ORT"), ("raw_spin_off", "raw ORT, spinning off")):
+        if key in rnd:
+            r = rnd[key]
+            print(f"{label}: batch-1 p50 {r['batch1']['p50_ms']:.2f} ms  best "
+                  f"{r['best_throughput']:.1f}/s")
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:

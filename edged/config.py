@@ -58,6 +58,23 @@ class FrigateConfig:
 
 
 @dataclass(frozen=True)
+class ShmConfig:
+    """``[server.shm]``: shared-memory frames for clients on this host (docs/protocol.md).
+
+    Why these bounds: a ring is tmpfs memory the client fills, so a client may hold
+    only a few, the daemon only so many bytes in all, and a ring nobody uses (or whose
+    process is gone) is unlinked after ``idle_s`` (checked every ``check_s``)."""
+
+    enabled: bool = True
+    max_segments_per_client: int = 4
+    max_bytes_per_client: int = 64 << 20
+    max_bytes: int = 512 << 20
+    max_slots: int = 64
+    idle_s: float = 60.0
+    check_s: float = 1.0
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS
     control: str = DEFAULT_CONTROL
@@ -71,6 +88,7 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     curve: CurveConfig | None = None
     frigate: tuple[FrigateConfig, ...] = ()
+    shm: ShmConfig = field(default_factory=ShmConfig)
 
 
 @dataclass(frozen=True)
@@ -175,6 +193,23 @@ def _limits(t: Table) -> Limits:
     return Limits(**kw)
 
 
+def _shm(t: Table) -> ShmConfig:
+    d = ShmConfig()
+    cfg = ShmConfig(
+        enabled=t.get("enabled", bool, d.enabled),
+        max_segments_per_client=t.get("max_segments_per_client", int,
+                                      d.max_segments_per_client, check=positive),
+        max_bytes_per_client=t.get("max_bytes_per_client", int, d.max_bytes_per_client,
+                                   check=positive),
+        max_bytes=t.get("max_bytes", int, d.max_bytes, check=positive),
+        max_slots=t.get("max_slots", int, d.max_slots, check=positive),
+        idle_s=t.get("idle_s", float, d.idle_s, check=positive),
+        check_s=t.get("check_s", float, d.check_s, check=positive),
+    )
+    t.done()
+    return cfg
+
+
 def _server(t: Table) -> ServerConfig:
     endpoints = t.get_list("endpoints", str, list(DEFAULT_ENDPOINTS))
     for i, e in enumerate(endpoints or []):
@@ -209,6 +244,7 @@ def _server(t: Table) -> ServerConfig:
         limits=_limits(t.table("limits")),
         curve=curve,
         frigate=tuple(f for f in (_frigate(ft) for ft in t.tables("frigate")) if f),
+        shm=_shm(t.table("shm")),
     )
     t.done()
     return cfg

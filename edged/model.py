@@ -80,6 +80,7 @@ class Model:
         self._trackers: Any = None  # edged.detect.tracking.Trackers, made on first use
         self._m_stream = {o: metrics.stream_frames.labels(cfg.name, o) for o in OUTCOMES}
         self._m_streams = metrics.streams_tracked.labels(cfg.name)
+        self._batch_buffers = BatchBuffers(cfg.max_batch_size)
         self._busy_s = 0.0  # compute seconds since the last take_duty()
         self._duty_since = time.monotonic()
 
@@ -474,7 +475,8 @@ class Model:
         if len(batch) == 1:
             feeds = {k: np.ascontiguousarray(a) for k, a in batch[0].feeds.items()}
         else:
-            feeds = {k: np.concatenate([p.feeds[k] for p in batch]) for k in batch[0].feeds}
+            feeds = {k: self._batch_buffers.stack(k, [p.feeds[k] for p in batch], total)
+                     for k in batch[0].feeds}
         outs = run_batch(loaded.backend, feeds)
         compute_s = time.perf_counter() - t0
         for o in self.outputs:
@@ -595,6 +597,30 @@ class Model:
         if a is not None:
             await asyncio.get_running_loop().run_in_executor(self.executor, a.backend.close)
         self.executor.shutdown(wait=False)
+
+
+class BatchBuffers:
+    """One input buffer per (input, dtype, item shape), ``max_rows`` deep, reused by every
+    batch: requests are copied into it instead of ``np.concatenate`` allocating (and the
+    kernel zeroing) a fresh multi-megabyte array per batch. Used on the model's worker
+    thread only, one batch at a time, and the backend is done with it when ``run``
+    returns, so one buffer per kind is enough."""
+
+    def __init__(self, max_rows: int) -> None:
+        self.max_rows = max_rows
+        self._bufs: dict[tuple[str, str, tuple[int, ...]], np.ndarray] = {}
+
+    def stack(self, name: str, parts: list[np.ndarray], rows: int) -> np.ndarray:
+        first = parts[0]
+        if rows > self.max_rows:
+            return np.concatenate(parts)
+        key = (name, first.dtype.str, first.shape[1:])
+        buf = self._bufs.get(key)
+        if buf is None:
+            if len(self._bufs) >= 8:  # item shapes vary (dynamic dims): keep a few
+                self._bufs.clear()
+            buf = self._bufs[key] = np.empty((self.max_rows, *first.shape[1:]), first.dtype)
+        return np.concatenate(parts, out=buf[:rows])
 
 
 def _reason_label(reason: str) -> str:

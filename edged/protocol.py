@@ -25,8 +25,8 @@ from edged.errors import (
 )
 
 VERSION = 1
-OPS = ("infer", "models", "health")
-ENCODINGS = ("raw", "jpeg", "png")
+OPS = ("infer", "models", "health", "shm")
+ENCODINGS = ("raw", "jpeg", "png", "shm")
 
 #: numpy names a client may use; all little-endian, no object/void/string dtypes.
 DTYPES: dict[str, np.dtype] = {
@@ -39,11 +39,14 @@ DTYPES: dict[str, np.dtype] = {
 
 #: detection options (DESIGN "Detection models"); the model checks their values
 DETECT_OPTIONS = frozenset({"conf", "iou", "max_det", "classes", "raw", "track"})
+#: the ``shm`` op: obtain a slot ring (slots, slot_bytes, pid) or release one (release)
+SHM_KEYS = frozenset({"slots", "slot_bytes", "pid", "release"})
 _HEADER_KEYS = frozenset(
     {"v", "op", "id", "model", "inputs", "timeout_ms", "priority", "stream", "outputs",
      "max_fps"}
-) | DETECT_OPTIONS
-_INPUT_KEYS = frozenset({"name", "dtype", "shape", "encoding"})
+) | DETECT_OPTIONS | SHM_KEYS
+_SHM_INPUT_KEYS = frozenset({"segment", "offset", "length"})
+_INPUT_KEYS = frozenset({"name", "dtype", "shape", "encoding"}) | _SHM_INPUT_KEYS
 
 
 @dataclass(frozen=True)
@@ -68,13 +71,23 @@ class Limits:
         return self.hard_message_bytes or 2 * self.max_message_bytes
 
 
+@dataclass(frozen=True)
+class ShmRef:
+    """Where an ``"encoding": "shm"`` input lies: checked against the segment by the
+    daemon's shm room, which replaces it with the tensor it reads."""
+
+    segment: str
+    offset: int
+    length: int
+
+
 @dataclass
 class InputMeta:
     name: str | None
     encoding: str
     dtype: np.dtype | None
     shape: tuple[int, ...] | None
-    data: Any  # np.ndarray for raw, memoryview/bytes for encoded images
+    data: Any  # np.ndarray for raw, memoryview/bytes for encoded images, ShmRef for shm
 
 
 @dataclass
@@ -93,6 +106,12 @@ class Request:
     max_fps: float | None = None
     #: detection options given in the header (conf, iou, max_det, classes, raw)
     options: dict[str, Any] = field(default_factory=dict)
+    #: the ``shm`` op's arguments (slots, slot_bytes, pid or release), checked
+    shm: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shm_inputs(self) -> bool:
+        return any(m.encoding == "shm" for m in self.inputs)
 
 
 class ProtocolError(EdgedError):
@@ -174,7 +193,15 @@ def _parse(h: dict[str, Any], tensors: list[Any], limits: Limits) -> Request:
     if op != "infer":
         if tensors:
             raise InvalidArgument(f"op {op!r} takes no tensor frames; got {len(tensors)}")
+        if op == "shm":
+            req.shm = _parse_shm_op(h)
+        elif SHM_KEYS & set(h):
+            raise InvalidArgument(f"{', '.join(sorted(SHM_KEYS & set(h)))}: only op 'shm' "
+                                  "takes these keys")
         return req
+    if SHM_KEYS & set(h):
+        raise InvalidArgument(f"{', '.join(sorted(SHM_KEYS & set(h)))}: only op 'shm' "
+                              "takes these keys")
 
     model = h.get("model")
     if not isinstance(model, str) or not model:
@@ -217,14 +244,44 @@ def _parse(h: dict[str, Any], tensors: list[Any], limits: Limits) -> Request:
         raise InvalidArgument("infer needs 'inputs': a non-empty list of input descriptions")
     if len(metas) > limits.max_inputs:
         raise InvalidArgument(f"{len(metas)} inputs; the limit is {limits.max_inputs}")
-    if len(tensors) != len(metas):
+    framed = sum(1 for m in metas if not (isinstance(m, dict) and m.get("encoding") == "shm"))
+    if len(tensors) != framed:
         raise InvalidArgument(
-            f"header lists {len(metas)} input(s) but the message carries {len(tensors)} "
-            "tensor frame(s); send one frame per input, in order"
+            f"header lists {framed} input(s) sent as frames but the message carries "
+            f"{len(tensors)} tensor frame(s); send one frame per input that is not in shared "
+            "memory, in order"
         )
-    for i, (meta, frame) in enumerate(zip(metas, tensors, strict=True)):
-        req.inputs.append(_parse_input(i, meta, frame, limits))
+    frames = iter(tensors)
+    for i, meta in enumerate(metas):
+        shm = isinstance(meta, dict) and meta.get("encoding") == "shm"
+        req.inputs.append(_parse_input(i, meta, None if shm else next(frames), limits))
     return req
+
+
+def _parse_shm_op(h: dict[str, Any]) -> dict[str, Any]:
+    """``{"slots": n, "slot_bytes": b, "pid": p}`` asks for a ring; ``{"release": name}``
+    gives one back. Bounds against the daemon's limits are the shm room's job."""
+    if "release" in h:
+        seg = h["release"]
+        if not isinstance(seg, str) or not seg or len(seg) > 64:
+            raise InvalidArgument("release must be the name of a segment this client holds")
+        if set(h) & {"slots", "slot_bytes"}:
+            raise InvalidArgument("op 'shm' either asks for a ring (slots, slot_bytes) or "
+                                  "releases one (release), not both")
+        return {"release": seg}
+    out: dict[str, Any] = {}
+    for key in ("slots", "slot_bytes"):
+        v = h.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InvalidArgument(f"op 'shm' needs {key!r}: an integer >= 1; got {v!r}")
+        out[key] = v
+    pid = h.get("pid")
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int)
+                            or not 0 < pid < 1 << 22):
+        raise InvalidArgument(f"pid must be the client's process id (a positive integer); "
+                              f"got {pid!r}")
+    out["pid"] = pid
+    return out
 
 
 def _parse_input(i: int, meta: Any, frame: Any, limits: Limits) -> InputMeta:
@@ -242,8 +299,11 @@ def _parse_input(i: int, meta: Any, frame: Any, limits: Limits) -> InputMeta:
         raise InvalidArgument(
             f"{where}.encoding must be one of {', '.join(ENCODINGS)}; got {encoding!r}"
         )
-    buf = _buffer(frame)
-    if encoding != "raw":
+    if encoding != "shm" and set(meta) & _SHM_INPUT_KEYS:
+        raise InvalidArgument(f"{where}: segment, offset and length belong to "
+                              f"\"encoding\": \"shm\" inputs; this one is {encoding!r}")
+    buf = _buffer(frame) if encoding != "shm" else None
+    if buf is not None and encoding != "raw":
         if buf.nbytes == 0:
             raise InvalidArgument(f"{where}: empty {encoding} image")
         return InputMeta(name, encoding, None, None, buf)
@@ -271,6 +331,9 @@ def _parse_input(i: int, meta: Any, frame: Any, limits: Limits) -> InputMeta:
             f"{where}: {elements} elements exceed the limit {limits.max_elements}"
         )
     want = elements * dtype.itemsize
+    if buf is None:
+        return InputMeta(name, "shm", dtype, tuple(shape), _shm_ref(where, meta, want, shape,
+                                                                      dtype_name))
     if buf.nbytes != want:
         raise InvalidArgument(
             f"{where}: frame has {buf.nbytes} bytes but shape {shape} of {dtype_name} "
@@ -278,6 +341,24 @@ def _parse_input(i: int, meta: Any, frame: Any, limits: Limits) -> InputMeta:
         )
     arr = np.frombuffer(buf, dtype=dtype).reshape(shape)
     return InputMeta(name, "raw", dtype, tuple(shape), arr)
+
+
+def _shm_ref(where: str, meta: dict[str, Any], want: int, shape: list[int],
+             dtype_name: str) -> ShmRef:
+    seg = meta.get("segment")
+    if not isinstance(seg, str) or not seg or len(seg) > 64:
+        raise InvalidArgument(f"{where}.segment must name a shared-memory segment from op "
+                              f"'shm'; got {seg!r}")
+    vals = []
+    for key in ("offset", "length"):
+        v = meta.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InvalidArgument(f"{where}.{key} must be a non-negative integer; got {v!r}")
+        vals.append(v)
+    if vals[1] != want:
+        raise InvalidArgument(f"{where}.length is {vals[1]} bytes but shape {shape} of "
+                              f"{dtype_name} needs {want}")
+    return ShmRef(seg, vals[0], vals[1])
 
 
 # -- replies ---------------------------------------------------------------------------

@@ -75,6 +75,22 @@ def test_c_client_gets_the_same_answer_as_the_python_client(daemon: Daemon, c_cl
         assert f"argmax={want} " in r.stdout, r.stdout
 
 
+def test_c_client_shm_mode_gets_the_same_answer_and_leaves_nothing(
+        daemon: Daemon, c_client: Path, tmp_path: Path) -> None:
+    from edged.shm import SHM_DIR, available
+
+    if not available():
+        pytest.skip("needs /dev/shm")
+    frame = cv2.cvtColor(VAL["x"][3], cv2.COLOR_GRAY2BGR)
+    with daemon.client() as c:
+        want = int(np.argmax(c.infer("digits", frame).outputs["logits"]))
+    r = run([str(c_client), daemon.ipc, "digits", "--shm",
+             "--image", str(write_ppm(tmp_path / "s.ppm", frame))])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"argmax={want} " in r.stdout, r.stdout
+    assert not list(SHM_DIR.glob(f"edged-{daemon.pid}-*"))  # the ring was given back
+
+
 def test_c_client_reports_a_status_and_a_missing_daemon(daemon: Daemon, c_client: Path) -> None:
     r = run([str(c_client), daemon.tcp, "no-such-model"])
     assert r.returncode == 1 and "status: NOT_FOUND" in r.stdout, r.stdout

@@ -9,6 +9,7 @@ or is cancelled forgets its id at once, so its late reply finds nobody and is dr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -20,6 +21,7 @@ import zmq.asyncio
 
 from edged.client.errors import ClientTimeout, EdgedClientError, ProtocolViolation
 from edged.client.messages import Reply, build_infer, parse_reply, with_version
+from edged.client.shm_support import ShmSlots
 from edged.client.socket_support import load_curve_keys, open_dealer
 
 log = logging.getLogger("edged.client")
@@ -29,7 +31,8 @@ class AsyncClient:
     """``async with AsyncClient(endpoint) as c: r = await c.infer(model, array)``.
 
     Same replies and exceptions as ``Client``; use ``asyncio.gather`` or tasks for many
-    requests at once. Use one client from one event loop."""
+    requests at once. Use one client from one event loop. ``shm=True`` as ``Client``;
+    a request finding every slot in flight goes as frames."""
 
     def __init__(
         self,
@@ -38,6 +41,8 @@ class AsyncClient:
         server_public_key: str | Path | None = None,
         client_secret_key: str | Path | None = None,
         context: zmq.asyncio.Context | None = None,
+        shm: bool = False,
+        shm_slots: int = 8,
     ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
@@ -50,6 +55,8 @@ class AsyncClient:
         self._closed = False
         #: Replies dropped because their request had timed out or was cancelled.
         self.stale_replies = 0
+        self.shm = ShmSlots(shm_slots) if shm else None
+        self._shm_lock = asyncio.Lock()
 
     @property
     def in_flight(self) -> int:
@@ -63,6 +70,11 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Stop the reader; requests still waiting fail with ClientTimeout."""
+        if self.shm is not None and self.shm.ring is not None:
+            name = self.shm.drop()
+            # give the ring back now rather than when the daemon reaps it
+            with contextlib.suppress(ClientTimeout):
+                await self.call({"op": "shm", "release": name}, timeout_s=1.0)
         self._closed = True
         if self._reader is not None:
             self._reader.cancel()
@@ -103,8 +115,23 @@ class AsyncClient:
     async def infer(self, model: str, inputs: Any, *, raise_on_error: bool = True,
                     timeout_s: float | None = None, **opts: Any) -> Reply:
         header, frames = build_infer(model, inputs, **opts)
-        return await self.call(header, frames, timeout_s=timeout_s,
-                               raise_on_error=raise_on_error)
+        shm = self.shm
+        if shm is None:
+            return await self.call(header, frames, timeout_s=timeout_s,
+                                   raise_on_error=raise_on_error)
+        for _ in range(2):
+            if shm.wanted:
+                async with self._shm_lock:
+                    if shm.wanted:
+                        shm.adopt(await self.call(shm.ask(frames), timeout_s=timeout_s))
+            h, f, taken = shm.place(header, frames)
+            try:
+                reply = await self.call(h, f, timeout_s=timeout_s)
+            finally:
+                shm.release(taken)
+            if not (taken and shm.stale(reply)):
+                break
+        return reply.raise_for_status() if raise_on_error else reply
 
     async def models(self) -> Reply:
         return await self.call({"op": "models"}, raise_on_error=True)

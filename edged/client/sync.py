@@ -8,6 +8,7 @@ id is not the one awaited is dropped).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import time
@@ -18,12 +19,17 @@ import zmq
 
 from edged.client.errors import ClientTimeout
 from edged.client.messages import Reply, build_infer, parse_reply, with_version
+from edged.client.shm_support import ShmSlots
 from edged.client.socket_support import load_curve_keys, open_dealer
 
 
 class Client:
     """``Client(endpoint).infer(model, array)`` -> ``Reply``; non-OK raises its status's
-    exception unless ``raise_on_error=False``. Not thread-safe: one client per thread."""
+    exception unless ``raise_on_error=False``. Not thread-safe: one client per thread.
+
+    ``shm=True``: on the daemon's host, ``infer`` puts raw tensors into a shared-memory
+    ring of ``shm_slots`` slots instead of socket frames (docs/protocol.md); frames stay
+    the fallback whenever a ring cannot be had."""
 
     def __init__(
         self,
@@ -32,6 +38,8 @@ class Client:
         server_public_key: str | Path | None = None,
         client_secret_key: str | Path | None = None,
         context: zmq.Context[Any] | None = None,
+        shm: bool = False,
+        shm_slots: int = 4,
     ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
@@ -41,6 +49,7 @@ class Client:
         #: Replies dropped because nobody awaited their id any more (late after a timeout).
         self.stale_replies = 0
         self.sock = open_dealer(self.ctx, endpoint, self._keys, self._ms(timeout_s))
+        self.shm = ShmSlots(shm_slots) if shm else None
 
     @property
     def timeout_ms(self) -> int:
@@ -51,11 +60,19 @@ class Client:
         return max(1, int(seconds * 1000))
 
     def reset(self) -> None:
-        """A fresh socket: whatever the old one had queued or still had coming is gone."""
+        """A fresh socket: whatever the old one had queued or still had coming is gone.
+        The daemon sees a new client, so a shared-memory ring is dropped (it reaps it)."""
+        if self.shm is not None:
+            self.shm.drop()
         self.sock.close(linger=0)
         self.sock = open_dealer(self.ctx, self.endpoint, self._keys, self.timeout_ms)
 
     def close(self) -> None:
+        if self.shm is not None and self.shm.ring is not None:
+            name = self.shm.drop()
+            # give the ring back now rather than when the daemon reaps it
+            with contextlib.suppress(ClientTimeout):
+                self.call({"op": "shm", "release": name}, timeout_s=1.0)
         self.sock.close(linger=0)
 
     def __enter__(self) -> Client:
@@ -106,7 +123,19 @@ class Client:
         """Run ``model`` on ``inputs`` (see ``build_infer``); ``opts`` are header keys such
         as ``timeout_ms``, ``priority``, ``stream``, ``outputs`` or ``id``."""
         header, frames = build_infer(model, inputs, **opts)
-        return self.call(header, frames, timeout_s=timeout_s, raise_on_error=raise_on_error)
+        if self.shm is None:
+            return self.call(header, frames, timeout_s=timeout_s, raise_on_error=raise_on_error)
+        for _ in range(2):
+            if self.shm.wanted:
+                self.shm.adopt(self.call(self.shm.ask(frames), timeout_s=timeout_s))
+            h, f, taken = self.shm.place(header, frames)
+            try:
+                reply = self.call(h, f, timeout_s=timeout_s)
+            finally:
+                self.shm.release(taken)
+            if not (taken and self.shm.stale(reply)):
+                break
+        return reply.raise_for_status() if raise_on_error else reply
 
     def models(self) -> Reply:
         return self.call({"op": "models"}, raise_on_error=True)

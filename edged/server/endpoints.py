@@ -26,6 +26,11 @@ log = logging.getLogger("edged.server")
 LOOPBACK_PREFIXES = ("tcp://127.", "tcp://localhost:", "tcp://[::1]:")
 
 
+def is_local(endpoint: str) -> bool:
+    """Only processes on this host can connect (ipc, loopback tcp)."""
+    return endpoint.startswith(("ipc://", *LOOPBACK_PREFIXES))
+
+
 class Endpoints:
     """The daemon's ROUTER sockets: inference endpoints and the control endpoint."""
 

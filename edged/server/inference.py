@@ -1,6 +1,7 @@
 """The inference path: receive, admit, decode off the loop, submit, reply, count.
 
-One request, in order: ``recv_loop`` -> ``handle`` (parse, admission) -> ``Model.prepare``
+One request, in order: ``recv_loop`` -> ``handle`` (parse, admission, shared-memory
+inputs read by the shm room) -> ``Model.prepare``
 (on the event loop for raw tensors, on the decode pool for images) -> ``Model.submit``
 -> the model's batcher computes -> ``_respond`` (reply frames, request metrics).
 Every request that can be attributed to a sender gets exactly one reply.
@@ -34,6 +35,7 @@ from edged.protocol import (
 )
 from edged.server.endpoints import send, split_envelope
 from edged.server.health import Health
+from edged.server.shm import ShmRings
 from edged.server.state import ServerState
 
 log = logging.getLogger("edged.server")
@@ -58,9 +60,12 @@ class _Ctx:
 
 
 class InferencePath:
-    def __init__(self, state: ServerState, health: Health) -> None:
+    def __init__(self, state: ServerState, health: Health, shm: ShmRings) -> None:
         self.state = state
         self.health = health
+        self.shm = shm
+        #: sockets on endpoints other hosts can reach: no shared-memory rings there
+        self.remote: set[zmq.asyncio.Socket] = set()
         self._pre_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-pre")
         self._inflight: dict[bytes, int] = {}
         self._decoding = 0  # requests waiting for image decode/preprocess
@@ -102,6 +107,14 @@ class InferencePath:
                 "v": 1, "id": req.id, "status": "OK",
                 "models": self.state.registry.describe()})])
             return
+        if req.op == "shm":
+            try:
+                body = self.shm.op(envelope[0], req, sock not in self.remote)
+            except EdgedError as e:
+                self._send_error(sock, envelope, req.id, None, e)
+                return
+            self._reply(sock, envelope, [encode_header(body)])
+            return
         assert req.model is not None
         try:
             model = self._admit(envelope[0], req.model)
@@ -111,6 +124,12 @@ class InferencePath:
         self._inflight[envelope[0]] = self._inflight.get(envelope[0], 0) + 1
         self.state.metrics.inflight.inc()
         ctx = _Ctx(sock, envelope, req.id, model, received)
+        if req.shm_inputs:
+            try:
+                self.shm.resolve(envelope[0], req)
+            except EdgedError as e:
+                self._fail(ctx, e)
+                return
         if model.needs_thread(req):
             if self._decoding >= MAX_PENDING_DECODES:
                 # Decoded images are large: bound the backlog across all clients, not only

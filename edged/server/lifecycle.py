@@ -4,9 +4,9 @@
 ``drain`` (stop taking work, finish what is queued within the drain timeout, answer
 the rest UNAVAILABLE), ``stop`` (close everything). SIGHUP reloads the config.
 Signals only set a flag or schedule work; this module alone creates the long-lived
-tasks (receive loops, control, governor, watchdog). All socket I/O and batching run
-on one asyncio loop; inference on one worker thread per model; image decoding on a
-small pool.
+tasks (receive loops, control, governor, watchdog, the shared-memory reaper). All
+socket I/O and batching run on one asyncio loop; inference on one worker thread per
+model; image decoding on a small pool.
 """
 
 from __future__ import annotations
@@ -18,19 +18,20 @@ import signal
 import time
 from typing import Any
 
-from edged import __version__
+from edged import __version__, threadplan
 from edged.config import Config, ModelConfig
 from edged.errors import ConfigError
 from edged.metrics import Metrics
 from edged.registry import Registry
 from edged.runtime_dir import resolve_runtime_dir
 from edged.server.control import Control
-from edged.server.endpoints import Endpoints
+from edged.server.endpoints import Endpoints, is_local
 from edged.server.frigate import FrigatePath
 from edged.server.governing import Governing
 from edged.server.health import Health
 from edged.server.inference import InferencePath
 from edged.server.reload import Reloader
+from edged.server.shm import ShmRings
 from edged.server.state import ServerState, StartupError, swap_headroom_bytes
 from edged.systemd import Notifier
 
@@ -47,7 +48,8 @@ class Server:
         self.governing = Governing(state)
         self.health = Health(state, self.governing)
         self.governing.on_level_change = lambda: state.notifier.status(self.health.status_line())
-        self.inference = InferencePath(state, self.health)
+        self.shm = ShmRings(state)
+        self.inference = InferencePath(state, self.health, self.shm)
         self.frigate = FrigatePath(state)
         self.endpoints = Endpoints()
         self.reloader = Reloader(state, self.endpoints, self.governing)
@@ -64,6 +66,9 @@ class Server:
         except ConfigError as e:
             raise StartupError(str(e)) from None
         self._serve_metrics()
+        plan = threadplan.current()
+        threadplan.apply_process_wide(plan)
+        log.info("thread plan %s", " ".join(f"{k}={v}" for k, v in plan.describe().items()))
         ep = self.endpoints
         ep.bind(cfg.server, runtime_dir)
         st.endpoints, st.control_endpoint = ep.endpoints, ep.control_endpoint
@@ -73,11 +78,15 @@ class Server:
                  f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled else "off",
                  runtime_dir)
         loop = asyncio.get_running_loop()
-        for s in ep.sockets:
+        self.shm.configure(runtime_dir)
+        for s, e in zip(ep.sockets, ep.endpoints, strict=True):
+            if not is_local(e):
+                self.inference.remote.add(s)
             self._tasks.append(loop.create_task(self.inference.recv_loop(s), name="recv"))
         for fcfg, address, s in ep.frigate:
             self._tasks.append(loop.create_task(self.frigate.recv_loop(fcfg, address, s),
                                                 name="frigate"))
+        self._tasks.append(loop.create_task(self.shm.loop(), name="shm-reaper"))
         assert ep.control is not None
         self._tasks.append(loop.create_task(self.control.loop(ep.control), name="control"))
         self.governing.configure(cfg)
@@ -153,6 +162,7 @@ class Server:
         self.governing.close()
         self.endpoints.close()
         self.inference.close()
+        self.shm.close()
         st.metrics.close()
         log.info("stopped answered=%d", st.answered)
 
