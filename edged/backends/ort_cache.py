@@ -97,7 +97,7 @@ def _stale(source: Path, cache: Path, key: dict[str, Any]) -> str | None:
     """Why the cache cannot be used, or None when it can."""
     if not cache.is_file():
         return "no cache yet"
-    if cache.stat().st_mtime_ns <= source.stat().st_mtime_ns:
+    if cache.stat().st_mtime_ns < source.stat().st_mtime_ns:  # equal: one clock tick
         return "older than the source model"
     try:
         stored = json.loads(key_path(cache).read_text())
