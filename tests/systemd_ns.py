@@ -26,11 +26,17 @@ import time
 from pathlib import Path
 
 SYSTEMD = "/lib/systemd/systemd"
+REPO = Path(__file__).resolve().parent.parent
 OVERLAID = ("etc", "var", "opt", "usr/local")
 
 BOOT = rf"""
 set -e
 W="$1"
+R="$2"
+# The repository (scripts/install, its .venv) may live under a directory that gets a
+# fresh tmpfs below (a CI clone in /tmp): keep a handle on it and bind it back after.
+mkdir -p /dev/shm/.edged-repo-stash 2>/dev/null || true
+mount --bind "$R" /dev/shm/.edged-repo-stash
 mount -t proc proc /proc
 mount --bind /proc/sys /proc/sys
 mount -o remount,bind,ro /proc/sys
@@ -42,6 +48,11 @@ for d in etc var opt usr/local; do
 done
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=1777 tmpfs /var/tmp
+if [ ! -e "$R/pyproject.toml" ]; then
+    mkdir -p "$R"
+    mount --bind /dev/shm/.edged-repo-stash "$R"
+fi
+umount /dev/shm/.edged-repo-stash
 hostname edged-test
 export container=edged-test
 echo booting
@@ -83,7 +94,8 @@ class SystemdNamespace:
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             ["unshare", "--pid", "--fork", "--mount", "--net", "--uts", "--ipc",
-             "--propagation", "private", "sh", "-c", BOOT, "boot", str(self.workdir)],
+             "--propagation", "private", "sh", "-c", BOOT, "boot", str(self.workdir),
+             str(REPO)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         end = time.monotonic() + timeout

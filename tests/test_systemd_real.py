@@ -10,7 +10,10 @@ the unit (docs/operations.md, "Under a real systemd"):
    venv's interpreter lives in /root/.pyenv (hidden by ProtectHome=yes), uses
    ``ProtectHome=tmpfs`` + ``BindReadOnlyPaths=/root/.pyenv``;
 3. the config's ``stall_timeout_s`` is 2 s (30 s shipped) and a "slow" model (a
-   real ORT Loop, tests/slow_model.py) is added, so a stall is quick to provoke.
+   real ORT Loop, tests/slow_model.py) is added, so a stall is quick to provoke;
+4. only when the tree under test is checked out under /tmp or /var/tmp (a CI clone),
+   the namespace binds it back over its fresh /tmp (tests/systemd_ns.py) and the
+   drop-in binds it into the service's private /tmp (``PrivateTmp=yes``).
 
 Then: active (running) only after READY, reload under load with no failed request,
 a stalled inference makes the watchdog restart it, stop drains, the hardening
@@ -47,6 +50,12 @@ Environment=PYTHONPATH={ROOT}
 ProtectHome=tmpfs
 BindReadOnlyPaths=/root/.pyenv
 """
+# test adaptation 4, only for a tree checked out under /tmp or /var/tmp (a CI clone):
+# PrivateTmp=yes gives the service its own empty /tmp, so the tree and its venv are bound in.
+_HIDDEN = tuple(p for p in {str(ROOT), sys.prefix}
+                if p.startswith(("/tmp/", "/var/tmp/")))
+if _HIDDEN:
+    DROP_IN += "".join(f"BindReadOnlyPaths={p}\n" for p in sorted(_HIDDEN))
 
 SLOW_MODEL = """
 [[models]]
