@@ -12,8 +12,6 @@ NMS, mAP) lands; then they should be replaced by its functions.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from functools import cache
 from pathlib import Path
@@ -75,57 +73,32 @@ def preprocess(images_rgb: np.ndarray, size: int) -> np.ndarray:
     return resized.transpose(0, 3, 1, 2).astype(np.float32) * np.float32(pp["scale"])
 
 
-def decode_yolov8(out: np.ndarray, conf: float, iou: float, max_det: int) -> list[np.ndarray]:
-    """``[B,4+C,N]`` -> per image ``[K,6]`` (x1,y1,x2,y2,score,class), best first.
+def decode_yolov8(out: np.ndarray, size: int, conf: float, iou: float,
+                  max_det: int) -> list[np.ndarray]:
+    """The model's ``[B, 14, N]`` output through edged's own YOLOv8 decoder and NMS."""
+    from edged.backends.base import TensorSpec
+    from edged.detect.config import PostprocessConfig
+    from edged.detect.geometry import Transform
+    from edged.detect.postprocess import Postprocessor
+    from edged.schema import Table
 
-    One class per grid point (the best), score threshold, per-class NMS with
-    ``cv2.dnn.NMSBoxesBatched``, as Ultralytics' YOLOv8 post-processing does.
-    """
-    dets = []
-    for o in out:
-        cls = o[4:].argmax(0)
-        score = np.take_along_axis(o[4:], cls[None], 0)[0]
-        keep = score > conf
-        cx, cy, w, h = o[:4, keep]
-        score, cls = score[keep], cls[keep]
-        xywh = np.stack((cx - w / 2, cy - h / 2, w, h), 1)
-        idx = cv2.dnn.NMSBoxesBatched(xywh.tolist(), score.tolist(), cls.tolist(), conf, iou)
-        idx = np.asarray(idx, np.int64).reshape(-1)
-        idx = idx[np.argsort(-score[idx], kind="stable")][:max_det]
-        d = np.empty((len(idx), 6), np.float32)
-        d[:, :2] = xywh[idx, :2]
-        d[:, 2:4] = xywh[idx, :2] + xywh[idx, 2:]
-        d[:, 4] = score[idx]
-        d[:, 5] = cls[idx]
-        dets.append(d)
-    return dets
+    problems: list[str] = []
+    cfg = PostprocessConfig.from_table(Table(
+        {"kind": "detect", "decoder": "yolov8", "conf": conf, "iou": iou, "max_det": max_det},
+        "postprocess", "test", problems))
+    assert cfg is not None and not problems, problems
+    spec = TensorSpec("output0", np.dtype("float32"), (-1, out.shape[1], out.shape[2]))
+    post = Postprocessor(cfg, [spec], (size, size))
+    return post.run({"output0": out}, [Transform.identity(size, size)] * len(out))
 
 
 def map50(dets: list[np.ndarray], boxes: list[np.ndarray], classes: list[np.ndarray]) -> float:
-    """COCO mAP@0.5 (101-point, all areas, 100 detections) with pycocotools, mean over classes."""
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
+    """COCO mAP@0.5 with edged's own evaluator (pycocotools underneath)."""
+    from edged.detect.metrics_map import evaluate_map
 
-    images, anns, results = [], [], []
-    for i, (b, c, d) in enumerate(zip(boxes, classes, dets, strict=True)):
-        images.append({"id": i, "width": SCENE, "height": SCENE})
-        for (x1, y1, x2, y2), k in zip(b.tolist(), c.tolist(), strict=True):
-            w, h = x2 - x1, y2 - y1
-            anns.append({"id": len(anns) + 1, "image_id": i, "category_id": k,
-                         "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})  # fmt: skip
-        for x1, y1, x2, y2, s, k in d.tolist():
-            results.append({"image_id": i, "category_id": int(k),
-                            "bbox": [x1, y1, x2 - x1, y2 - y1], "score": s})  # fmt: skip
-    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
-        gt = COCO()
-        gt.dataset = {"images": images, "annotations": anns,
-                      "categories": [{"id": k} for k in range(NUM_CLASSES)]}  # fmt: skip
-        gt.createIndex()
-        ev = COCOeval(gt, gt.loadRes(results), "bbox")
-        ev.evaluate()
-        ev.accumulate()
-    prec = ev.eval["precision"][0, :, :, 0, -1]  # IoU 0.5, recall, class, area all, 100 dets
-    return float(np.mean([p[p > -1].mean() for p in prec.T if (p > -1).any()]))
+    truth = [np.column_stack([b, c]).astype(np.float32) for b, c in zip(boxes, classes,
+                                                                         strict=True)]
+    return float(evaluate_map(dets, truth).map50)
 
 
 @cache
@@ -136,7 +109,7 @@ def variant_map(variant: str) -> float:
     dets: list[np.ndarray] = []
     for i in range(0, len(images), 8):
         (out,) = session(variant).run(None, {"images": preprocess(images[i : i + 8], size)})
-        for d in decode_yolov8(out, conf=0.001, iou=0.5, max_det=100):
+        for d in decode_yolov8(out, size, conf=0.001, iou=0.5, max_det=100):
             d[:, :4] *= SCENE / size
             dets.append(d)
     return map50(dets, boxes, classes)
@@ -204,5 +177,5 @@ def test_sample_scene_is_found_with_its_digits() -> None:
     rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     assert np.array_equal(rgb, images[row])
     (out,) = session("det-fp32").run(None, {"images": preprocess(rgb[None], 160)})
-    (d,) = decode_yolov8(out, conf=0.25, iou=0.5, max_det=100)
+    (d,) = decode_yolov8(out, 160, conf=0.25, iou=0.5, max_det=100)
     assert sorted(d[:, 5].astype(int).tolist()) == sorted(classes[row].tolist())
