@@ -102,20 +102,20 @@ class FrigatePath:
             self._fail(ep, envelope, model, outcome)
             return
         assert outcome.detections is not None
-        self._reply(ep, envelope, encode_result(outcome.detections, size[0], size[1], 0.0,
-                                                ep.class_map))
         total = time.monotonic() - received
-        ep.count("OK")
+        ep.count("OK")  # counted before the reply leaves: a scrape after it sees it
         ep.duration.observe(total)
         model.observe_reply(outcome.variant, total, outcome.queue_s)
+        self._reply(ep, envelope, encode_result(outcome.detections, size[0], size[1], 0.0,
+                                                ep.class_map))
 
     def _fail(self, ep: _Endpoint, envelope: list[bytes], model: Model | None,
               err: EdgedError) -> None:
-        self._reply(ep, envelope, ZEROS)
         ep.count(err.status)
         self.state.metrics.requests.labels(ep.cfg.model if model is not None else "",
                                            model.active_variant if model is not None else "",
                                            err.status).inc()
+        self._reply(ep, envelope, ZEROS)
         log.debug("frigate %s: %s %s", ep.address, err.status, err)
 
     def _reply(self, ep: _Endpoint, envelope: list[bytes], result: bytes) -> None:
