@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 from collections.abc import Iterator
@@ -16,7 +17,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from edged.harness import Daemon, free_port  # noqa: E402  (re-exported for the tests)
 
-__all__ = ["MODELS", "ROOT", "Daemon", "digits_config", "free_port"]
+__all__ = ["MODELS", "ROOT", "Daemon", "digits_config", "free_port", "ort_session"]
+
+
+@functools.cache
+def ort_session(path: Path) -> Any:
+    """One CPU session per model file for in-process model tests (1 thread, quiet)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
 def digits_config(tmp: Path, *, extra_models: str = "", governor: str = "", server: str = "",

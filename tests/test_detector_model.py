@@ -20,6 +20,7 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
+from conftest import ort_session
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "digits-det"
 VARIANTS = {"det-fp32": 160, "det-int8": 160, "det128-fp32": 128}  # ladder order
@@ -35,14 +36,8 @@ def meta() -> dict:
     return json.loads((MODEL_DIR / "model.json").read_text())
 
 
-@cache
 def session(variant: str) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(
-        str(MODEL_DIR / f"{variant}.onnx"), so, providers=["CPUExecutionProvider"]
-    )
+    return ort_session(MODEL_DIR / f"{variant}.onnx")
 
 
 @cache

@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
+from conftest import ort_session
 
 DIGITS = Path(__file__).resolve().parent.parent / "models" / "digits"
 VARIANTS = ["cnn-fp32", "cnn-int8", "small-fp32"]  # heaviest first, the ladder order
@@ -30,14 +31,8 @@ def meta() -> dict:
     return json.loads((DIGITS / "model.json").read_text())
 
 
-@cache
 def session(variant: str) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(
-        str(DIGITS / f"{variant}.onnx"), so, providers=["CPUExecutionProvider"]
-    )
+    return ort_session(DIGITS / f"{variant}.onnx")
 
 
 def preprocess(path: Path) -> np.ndarray:

@@ -9,7 +9,6 @@ Photos come from packages (matplotlib, scikit-image), never from the repository.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+from conftest import ort_session
 
 from edged.preprocess import PreprocessConfig, Preprocessor
 from edged.schema import Table
@@ -66,14 +66,8 @@ def photo(name: str) -> tuple[np.ndarray, bytes | None]:
     return cv2.cvtColor(skdata.astronaut(), cv2.COLOR_RGB2BGR), None
 
 
-@functools.cache
 def session(variant: str) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(
-        str(MODEL_DIR / f"{variant}.onnx"), so, providers=["CPUExecutionProvider"]
-    )
+    return ort_session(MODEL_DIR / f"{variant}.onnx")
 
 
 def iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:

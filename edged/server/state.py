@@ -52,9 +52,6 @@ class ServerState:
     def serving(self) -> bool:
         return self.phase == "serving"
 
-    def current_power(self) -> float | None:
-        return self.power_w
-
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """A short-lived task (decode, swap, reload) kept referenced until done.
 
