@@ -20,6 +20,7 @@ from edged.governor.config import GovernorConfig
 from edged.preprocess import PreprocessConfig
 from edged.protocol import Limits
 from edged.schema import Table, non_negative, positive, raise_if_problems
+from edged.verify.config import BY_PRECISION, ModelVerify, VariantVerify
 
 DEFAULT_ENDPOINTS = ("ipc://edged.sock", "tcp://127.0.0.1:5555")
 DEFAULT_CONTROL = "ipc://control.sock"
@@ -107,6 +108,11 @@ class VariantConfig:
     backend: str
     path: Path
     options: BackendOptions
+    #: the variant others are checked against on this device (default: the first)
+    reference: bool = False
+    verify: VariantVerify = field(default_factory=VariantVerify)
+    #: fp32 / fp16 / int8 (default: the artifact's sidecar, else its name)
+    precision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,7 @@ class ModelConfig:
     max_streams: int = 4096
     #: a stream not seen for this long is forgotten
     stream_idle_s: float = 60.0
+    verify: ModelVerify = field(default_factory=ModelVerify)
 
 
 @dataclass(frozen=True)
@@ -316,6 +323,9 @@ def _variant(t: Table) -> VariantConfig | None:
     backend = t.get("backend", str, choices=tuple(BACKENDS))
     path = t.get_path("path")  # existence is checked at load: one bad file fails one model
     opts_t = t.table("options")
+    reference = t.get("reference", bool, False)
+    verify = VariantVerify.from_value(t)
+    precision = t.get("precision", str, None, choices=tuple(BY_PRECISION))
     options: BackendOptions | None = None
     if backend is not None:
         try:
@@ -325,7 +335,8 @@ def _variant(t: Table) -> VariantConfig | None:
     t.done()
     if name is None or backend is None or path is None or options is None:
         return None
-    return VariantConfig(name=name, backend=backend, path=path, options=options)
+    return VariantConfig(name=name, backend=backend, path=path, options=options,
+                         reference=reference, verify=verify, precision=precision)
 
 
 def _model(t: Table) -> ModelConfig | None:
@@ -336,6 +347,12 @@ def _model(t: Table) -> ModelConfig | None:
         if v.name in seen:
             t.problem("variants", f"variant name {v.name!r} is used twice")
         seen.add(v.name)
+    refs = [v.name for v in variants if v.reference]
+    if len(refs) > 1:
+        t.problem("variants", f"only one variant may be the reference; {', '.join(refs)} say "
+                  "reference = true")
+    verify_t = t.table("verify")
+    verify = ModelVerify.from_table(verify_t)
     pre_t = t.table("preprocess")
     pre = PreprocessConfig.from_table(pre_t) if pre_t.data else None
     post_t = t.table("postprocess")
@@ -358,6 +375,7 @@ def _model(t: Table) -> ModelConfig | None:
         max_stream_fps=t.get("max_stream_fps", float, 0.0, check=non_negative),
         max_streams=t.get("max_streams", int, 4096, check=positive),
         stream_idle_s=t.get("stream_idle_s", float, 60.0, check=positive),
+        verify=verify,
     )
     if batching.data:
         batching.done()

@@ -58,9 +58,10 @@ class Metrics:
         self.detections_per_frame = Histogram(
             "edged_detections_per_frame", "Detections returned per frame", ["model"],
             buckets=(0, 1, 2, 3, 5, 10, 20, 50, 100, 300), registry=r)
-        self.golden_checks = Counter(
-            "edged_golden_checks", "Checks of a swap candidate on its golden inputs, by "
-            "result (ok|refused)", ["model", "variant", "result"], registry=r)
+        self.variant_checks = Counter(
+            "edged_variant_checks", "Checks of a variant against the model's reference on "
+            "this device before it goes live, by result (ok|refused|unverified)",
+            ["model", "variant", "result"], registry=r)
         self.batch_size = Histogram(
             "edged_batch_size", "Rows per computed batch", ["model"],
             buckets=BATCH_BUCKETS, registry=r)

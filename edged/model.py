@@ -32,6 +32,8 @@ from edged.preprocess import Preprocessor, decode_image
 from edged.protocol import InputMeta, Limits, Request
 from edged.streams import OUTCOMES, StreamTable
 from edged.variants import Loaded, check_candidate, open_variant
+from edged.verify.compare import VerifyRefused
+from edged.verify.verifier import Opened, Reference, Verifier
 
 log = logging.getLogger("edged.model")
 
@@ -83,6 +85,8 @@ class Model:
         self._batch_buffers = BatchBuffers(cfg.max_batch_size)
         self._busy_s = 0.0  # compute seconds since the last take_duty()
         self._duty_since = time.monotonic()
+        self.verifier = Verifier(cfg, self.preprocessor)
+        self._warming: Any = None  # the background job caching the reference's results
 
     # -- what the server asks -----------------------------------------------------------
     @property
@@ -131,21 +135,43 @@ class Model:
 
     # -- loading ------------------------------------------------------------------------
     async def load(self, index: int = 0) -> None:
-        """Load the variant at ``index`` (0 = heaviest) as the first active variant."""
+        """Load the variant at ``index`` (0 = heaviest) as the first active variant.
+
+        A variant other than the reference is checked against it first (the reference
+        is opened for that and closed again); one that fails the check is not served:
+        the reference is loaded instead."""
         self._batcher.start()
-        v = self.cfg.variants[index]
         try:
-            loaded = await asyncio.to_thread(self._open, index)
-        except Exception as e:
-            self._load_failed(v, e)
-            raise
+            loaded = await self._load_checked(index)
+        except VerifyRefused:
+            if index == self.verifier.reference_index:
+                raise
+            index = self.verifier.reference_index
+            loaded = await self._load_checked(index)
         backend = loaded.backend
         self.inputs, self.outputs = list(backend.inputs), list(backend.outputs)
         self._output_names = {o.name for o in self.outputs}
         self._pick_preprocessed_input()
         self._activate(loaded)
-        self.state = "ready"
+        self.state, self.error = "ready", None
         self.metrics.model_ready.labels(self.name).set(1)
+        if loaded.index == self.verifier.reference_index and len(self.cfg.variants) > 1:
+            # Cache the reference's results on the other rungs' check inputs, so that a
+            # swap later need not open the reference again (it may not be active then).
+            spec = self._check_spec()
+            self._warming = asyncio.get_running_loop().run_in_executor(
+                None, self.verifier.warm, spec, self._with_reference)
+
+    async def _load_checked(self, index: int) -> Loaded:
+        v = self.cfg.variants[index]
+        try:
+            ref = await asyncio.to_thread(self._reference_for, index)
+            if ref is None:
+                return await asyncio.to_thread(self._open, index)
+            return await asyncio.to_thread(self._open_checked, index, ref)
+        except Exception as e:
+            self._load_failed(v, e)
+            raise
 
     def _open(self, index: int) -> Loaded:
         loaded = open_variant(self.name, index, self.cfg.variants[index],
@@ -228,13 +254,14 @@ class Model:
             self._swap_target = index
             t0 = time.perf_counter()
             try:
+                ref = await asyncio.to_thread(self._reference_for, index)
                 size = v.path.stat().st_size if v.path.exists() else 0
                 need = 2 * size + self.swap_headroom_bytes
                 tight = psutil.virtual_memory().available < need
                 if tight:
-                    loaded = await self._swap_drained(cur, v, index)
+                    loaded = await self._swap_drained(cur, v, index, ref)
                 else:
-                    loaded = await asyncio.to_thread(self._open_checked, index)
+                    loaded = await asyncio.to_thread(self._open_checked, index, ref)
                     self._activate(loaded)
                     # Runs on the worker thread after the batch in flight (if any).
                     self.executor.submit(cur.backend.close)
@@ -254,29 +281,71 @@ class Model:
                      self.name, cur.config.name, v.name, reason, tight, ms)
             return True
 
-    def _open_checked(self, index: int) -> Loaded:
-        from edged.golden import GoldenMismatch
+    def _reference_for(self, index: int) -> Reference | None:
+        """The reference's results on variant ``index``'s check inputs (None: the
+        variant is the reference, or marked ``verify = false``). Blocking."""
+        if self.verifier.trusted(index):
+            return None
+        try:
+            return self.verifier.reference(index, self._check_spec(), self._with_reference)
+        except VerifyRefused as e:
+            self._refused(self.cfg.variants[index].name, e)
+            raise
 
+    def _with_reference(self, job: Callable[[Opened], Reference]) -> Reference:
+        """Run ``job`` with the reference variant: the active one on the worker thread
+        (between batches), else a copy opened for the purpose. Not on the worker."""
+        ref_index = self.verifier.reference_index
+        cur = self.active
+        if cur is not None and cur.index == ref_index:
+            return self.executor.submit(job, cur).result()
+        loaded = self._open(ref_index)
+        try:
+            return job(loaded)
+        finally:
+            loaded.backend.close()
+
+    def _check_spec(self) -> TensorSpec | None:
+        """The input validation frames are made for (the preprocessed one)."""
+        want = self._pre_input or (self.inputs[0].name if len(self.inputs) == 1 else None)
+        return next((s for s in self.inputs if s.name == want), None)
+
+    def _open_checked(self, index: int, ref: Reference | None) -> Loaded:
         loaded = self._open(index)
         v = loaded.config.name
+        check_candidate(loaded.config, loaded.backend, self.inputs or loaded.backend.inputs,
+                        self.outputs or loaded.backend.outputs)
+        if ref is None:  # the reference itself, or marked verify = false
+            if index == self.verifier.reference_index:
+                return loaded
+            self.metrics.variant_checks.labels(self.name, v, "unverified").inc()
+            log.warning("unverified variant goes live model=%s variant=%s (verify = false)",
+                        self.name, v)
+            return loaded
         try:
-            checked = check_candidate(loaded.config, loaded.backend, self.inputs, self.outputs)
-        except GoldenMismatch as e:
-            self.metrics.golden_checks.labels(self.name, v, "refused").inc()
-            log.error("golden check failed: swap refused model=%s variant=%s: %s",
-                      self.name, v, e)
+            checked = self.verifier.check(loaded, ref)
+        except Exception as e:
+            loaded.backend.close()
+            if isinstance(e, VerifyRefused):
+                self._refused(v, e)
             raise
-        self.metrics.golden_checks.labels(self.name, v, "ok").inc()
-        log.info("golden check ok model=%s variant=%s %s", self.name, v, checked)
+        self.metrics.variant_checks.labels(self.name, v, "ok").inc()
+        log.info("verify ok model=%s variant=%s %s", self.name, v, checked)
         return loaded
 
-    async def _swap_drained(self, cur: Loaded, v: VariantConfig, index: int) -> Loaded:
+    def _refused(self, variant: str, e: Exception) -> None:
+        self.metrics.variant_checks.labels(self.name, variant, "refused").inc()
+        log.error("verify failed: variant refused model=%s variant=%s: %s", self.name,
+                  variant, e)
+
+    async def _swap_drained(self, cur: Loaded, v: VariantConfig, index: int,
+                            ref: Reference | None) -> Loaded:
         self._batcher.pause()
         try:
             await self._batcher.idle()
             await asyncio.get_running_loop().run_in_executor(self.executor, cur.backend.close)
             try:
-                loaded = await asyncio.to_thread(self._open_checked, index)
+                loaded = await asyncio.to_thread(self._open_checked, index, ref)
             except Exception:
                 # Put the old variant back: reload it the same way.
                 self.active = await asyncio.to_thread(self._open, cur.index)
@@ -477,6 +546,7 @@ class Model:
         else:
             feeds = {k: self._batch_buffers.stack(k, [p.feeds[k] for p in batch], total)
                      for k in batch[0].feeds}
+        self.verifier.record(feeds)
         outs = run_batch(loaded.backend, feeds)
         compute_s = time.perf_counter() - t0
         for o in self.outputs:
@@ -582,6 +652,7 @@ class Model:
             **({"detections": {"decoder": self.cfg.postprocess.decoder,
                                **self.detections_header()}} if self.cfg.postprocess else {}),
             "last_swap": self.last_swap,
+            "verify": self.verifier.describe(),
         }
 
     async def drain(self, timeout: float) -> None:

@@ -49,7 +49,7 @@ EDGED_METRICS = HISTOGRAMS | {
     "edged_model_ready",
     "edged_active_variant_info",
     "edged_variant_swaps_total",
-    "edged_golden_checks_total",
+    "edged_variant_checks_total",
     "edged_config_reloads_total",
     "edged_build_info",
     "edged_energy_joules_total",

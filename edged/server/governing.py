@@ -30,7 +30,7 @@ from edged.server.state import ServerState
 
 log = logging.getLogger("edged.server")
 
-#: a swap that failed (load error, golden check) is tried again after this long
+#: a swap that failed (load error, verification) is tried again after this long
 RETRY_FAILED_SWAP_S = 60.0
 
 
@@ -192,7 +192,7 @@ class Governing:
         if m.ready and want != m.active_index:
             if not await m.swap_to(want, reason) and m.active_index != want:
                 failed = True
-                # Refused (failed load, golden check): the pin would only retry it.
+                # Refused (failed load, verification): the pin would only retry it.
                 self.pins.pop(m.name, None)
                 log.warning("variant pin model=%s variant=%s dropped: the swap failed",
                             m.name, variant)
