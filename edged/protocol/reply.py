@@ -2,7 +2,7 @@
 
 Outputs go out as C-contiguous little-endian buffers of the arrays the model computed
 (no copy when they already are); a detection model's ``[K, 6]`` frame follows them
-(``detections``). See docs/protocol.md "Replies".
+(``detections``). See docs/protocol.md "Reply".
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from edged.protocol.detections import detections_frame
 
 
 def encode_header(obj: dict[str, Any]) -> bytes:
+    """A header frame: compact JSON (no spaces), as every reply and control answer is sent."""
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def error_reply(request_id: str | int | None, status: str, message: str) -> dict[str, Any]:
+    """The header of a reply that is not OK: the status and what went wrong, no frames."""
     return {"v": VERSION, "id": request_id, "status": status, "error": message}
 
 

@@ -110,6 +110,10 @@ def peek_id(header: Any, limits: Limits) -> str | int | None:
 
 
 def decode_header(raw: Any, limits: Limits) -> dict[str, Any]:
+    """Frame 0 as a JSON object, its size checked against ``max_header_bytes`` first.
+
+    The inference room also calls it alone on a message too large to parse in full,
+    to find the id to answer."""
     buf = frame_buffer(raw)
     if buf.nbytes > limits.max_header_bytes:
         raise InvalidArgument(
