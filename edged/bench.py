@@ -204,7 +204,7 @@ class _ShmSender:
 
     def __init__(self, sock: Any, header: dict[str, Any], frames: list[bytes],
                  in_flight: int) -> None:
-        from edged.protocol import DTYPES
+        from edged.protocol.tensors import DTYPES
         from edged.shm import SlotRing, align
 
         sock.send_multipart([json.dumps({

@@ -18,7 +18,6 @@ from edged.detect.config import PostprocessConfig
 from edged.errors import ConfigError
 from edged.governor.config import GovernorConfig
 from edged.preprocess import PreprocessConfig
-from edged.protocol import Limits
 from edged.schema import Table, non_negative, positive, raise_if_problems
 from edged.verify.config import BY_PRECISION, ModelVerify, VariantVerify
 
@@ -56,6 +55,31 @@ class FrigateConfig:
 
     def frigate_class(self, model_class: int) -> int:
         return dict(self.class_map).get(model_class, model_class)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """``[server.limits]``: bounds on what one message may make the daemon read or allocate.
+
+    Built once at load (``_limits`` names the key of any bad value); the request parser
+    (``edged.protocol.request``) and the models take it as a parameter."""
+
+    max_message_bytes: int = 64 << 20
+    #: ZMQ_MAXMSGSIZE: a frame above it makes libzmq drop the connection unread. Between
+    #: max_message_bytes and this, a message is read and answered RESOURCE_EXHAUSTED.
+    #: 0 = twice max_message_bytes.
+    hard_message_bytes: int = 0
+    max_header_bytes: int = 64 << 10
+    max_inputs: int = 16
+    max_rank: int = 8
+    max_dim: int = 1 << 20
+    max_elements: int = 1 << 26
+    max_id_length: int = 256
+    max_image_pixels: int = 1 << 25  # decoded image area (e.g. 8K x 4K)
+
+    @property
+    def hard_cap(self) -> int:
+        return self.hard_message_bytes or 2 * self.max_message_bytes
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,11 @@ import psutil
 
 from edged.backends.base import TensorSpec, run_batch
 from edged.batcher import Batcher, Pending, PerRequest, Result
-from edged.config import ModelConfig, VariantConfig
+from edged.config import Limits, ModelConfig, VariantConfig
 from edged.errors import ArtifactError, Dropped, EdgedError, InvalidArgument, Unavailable
 from edged.metrics import Metrics
 from edged.preprocess import Preprocessor, decode_image
-from edged.protocol import InputMeta, Limits, Request
+from edged.protocol.request import InputMeta, Request
 from edged.streams import OUTCOMES, StreamTable
 from edged.variants import Loaded, check_candidate, open_variant
 from edged.verify.compare import VerifyRefused

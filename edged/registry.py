@@ -11,11 +11,10 @@ import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from edged.config import ModelConfig
+from edged.config import Limits, ModelConfig
 from edged.errors import NotFound
 from edged.metrics import Metrics
 from edged.model import Model
-from edged.protocol import Limits
 
 
 class Registry:

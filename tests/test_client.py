@@ -41,7 +41,8 @@ from edged.client import (
     find_control,
     parse_reply,
 )
-from edged.protocol import CONTROL_OPS, encode_header
+from edged.protocol.control import CONTROL_OPS
+from edged.protocol.reply import encode_header
 
 VAL = dict(np.load(MODELS / "validation.npz"))  # an NpzFile re-reads on every [ ]
 X64 = np.ones((1, 64), np.float32)

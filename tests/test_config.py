@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import MODELS, ROOT
 
-from edged.config import Config, load_config, parse_config
+from edged.config import Config, Limits, load_config, parse_config
 from edged.errors import ConfigError
 from edged.runtime_dir import ipc_path, resolve_runtime_dir
 
@@ -108,6 +108,24 @@ def test_duplicate_names_and_control_must_be_ipc(tmp_path: Path) -> None:
     text_all = "\n".join(_problems(text, tmp_path))
     assert "server.control" in text_all and "ipc" in text_all
     assert "model name 'm' is used twice" in text_all
+
+
+def test_server_limits_are_one_limits_built_at_load(tmp_path: Path) -> None:
+    p = tmp_path / "limits.toml"
+    p.write_text(f'[server.limits]\nmax_rank = 3\nhard_message_bytes = 4096\n'
+                 f'max_message_bytes = 1024\n[[models]]\nname = "m"\n{VARIANT}')
+    limits = load_config(p).server.limits
+    assert limits == Limits(max_rank=3, hard_message_bytes=4096, max_message_bytes=1024)
+    assert limits.hard_cap == 4096 and Limits(max_message_bytes=1024).hard_cap == 2048
+
+
+def test_server_limits_problems_name_the_key(tmp_path: Path) -> None:
+    probs = _problems(f'[server.limits]\nmax_dim = 0\nmax_inputs = "4"\nmax_rnak = 2\n'
+                      f'max_message_bytes = 1000\nhard_message_bytes = 999\n'
+                      f'[[models]]\nname = "m"\n{VARIANT}', tmp_path)
+    for key in ("max_dim", "max_inputs", "max_rnak", "hard_message_bytes"):
+        assert sum(f"server.limits.{key}:" in pr for pr in probs) == 1, (key, probs)
+    assert len(probs) == 4, probs
 
 
 def test_relative_paths_anchor_at_the_config_file(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Property tests of the wire decoder against hostile input (issue 6).
 
-``edged.protocol.parse_request`` reads straight off a socket. For any frames at all it
+``edged.protocol.request.parse_request`` reads straight off a socket. For any frames at all it
 must either return a Request that respects every limit or raise ProtocolError with a
 client-facing status; it must never allocate in proportion to what a header merely
 *claims* (shapes are checked before anything is allocated, tensors are zero-copy
@@ -21,17 +21,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from edged.client import build_infer
-from edged.protocol import (
-    DTYPES,
-    ENCODINGS,
-    OPS,
-    Limits,
-    ProtocolError,
-    Request,
-    decode_reply,
-    ok_reply_frames,
-    parse_request,
-)
+from edged.config import Limits
+from edged.protocol.client_decode import decode_reply
+from edged.protocol.reply import ok_reply_frames
+from edged.protocol.request import ENCODINGS, OPS, ProtocolError, Request, parse_request
+from edged.protocol.tensors import DTYPES
 
 CLIENT_STATUSES = {"INVALID_ARGUMENT", "UNSUPPORTED_VERSION", "NOT_FOUND"}
 

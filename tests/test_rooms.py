@@ -19,11 +19,11 @@ from edged.backends import backend_module
 from edged.backends.base import run_batch
 from edged.backends.null import NullBackend, Options
 from edged.batcher import Pending, Result
-from edged.config import load_config, parse_config
+from edged.config import Limits, load_config, parse_config
 from edged.errors import ConfigError, EdgedError
 from edged.metrics import Metrics
 from edged.model import Model
-from edged.protocol import InputMeta, Limits, Request
+from edged.protocol.request import InputMeta, Request
 from edged.server.reload import plan_reload
 
 SAMPLE = MODELS / "samples" / "digit7_196.png"

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from edged.backends.base import Backend, BackendInfo, BackendOptions, TensorSpec
-from edged.protocol import DTYPES
+from edged.protocol.tensors import DTYPES
 from edged.schema import Table, non_negative
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from edged.client.messages import Reply
-from edged.protocol import DTYPES
+from edged.protocol.tensors import DTYPES
 from edged.shm import SlotRing, align, available
 
 log = logging.getLogger("edged.client")

@@ -1,6 +1,6 @@
 """The control endpoint: operator ops (status, models, reload, load, unload, level, swap).
 
-One table maps each op to its handler; message shapes are in ``edged.protocol``
+One table maps each op to its handler; message shapes are in ``edged.protocol.control``
 (``CONTROL_OPS``) and the client half in ``edged.client``. Never on an inference
 endpoint: the control socket lives in the runtime directory, 0660.
 """
@@ -16,7 +16,8 @@ import zmq
 import zmq.asyncio
 
 from edged.errors import EdgedError, InvalidArgument, NotFound, Unavailable
-from edged.protocol import CONTROL_OPS, encode_header
+from edged.protocol.control import CONTROL_OPS
+from edged.protocol.reply import encode_header
 from edged.server.endpoints import split_envelope
 from edged.server.governing import Governing
 from edged.server.health import Health

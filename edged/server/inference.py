@@ -23,16 +23,8 @@ import zmq.asyncio
 from edged.batcher import Pending, Result
 from edged.errors import EdgedError, ResourceExhausted, Unavailable
 from edged.model import Model
-from edged.protocol import (
-    ProtocolError,
-    Request,
-    decode_header,
-    encode_header,
-    error_reply,
-    ok_reply_frames,
-    parse_request,
-    peek_id,
-)
+from edged.protocol.reply import encode_header, error_reply, ok_reply_frames
+from edged.protocol.request import ProtocolError, Request, decode_header, parse_request, peek_id
 from edged.server.endpoints import send, split_envelope
 from edged.server.health import Health
 from edged.server.shm import ShmRings

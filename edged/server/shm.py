@@ -23,7 +23,7 @@ import numpy as np
 
 from edged.config import ShmConfig
 from edged.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
-from edged.protocol import Request, ShmRef
+from edged.protocol.request import Request, ShmRef
 from edged.server.state import ServerState
 from edged.shm import NAME_RE, PREFIX, SHM_DIR, ShmSegment, align, available, segment_mode
 

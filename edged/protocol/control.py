@@ -1,0 +1,54 @@
+"""The control endpoint's messages: which operator ops exist and what each needs.
+
+A control message is one JSON frame ``{"op": name, "id": optional, **fields}``; the
+reply is one JSON frame ``{"status", "id", ...}`` (plus ``error`` unless OK). The daemon
+(``edged.server.control``) checks its handlers against this table and the client
+(``edged.client.control``, so ``edged ctl``) builds its messages from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from edged.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class ControlOp:
+    """One operator action on the control endpoint: its name and the string fields it needs."""
+
+    name: str
+    fields: tuple[str, ...]
+    summary: str
+
+
+CONTROL_OPS: dict[str, ControlOp] = {op.name: op for op in (
+    ControlOp("status", (), "daemon, models and governor at a glance"),
+    ControlOp("models", (), "every model's description, as the inference 'models' op"),
+    ControlOp("reload", (), "re-read the config file and apply what changed"),
+    ControlOp("load", ("model",), "load a model that is in the config"),
+    ControlOp("unload", ("model",), "drain and unload a model"),
+    ControlOp("level", ("level",), "pin a governor level by name, or 'auto'"),
+    ControlOp("swap", ("model", "variant"), "switch a model to one of its variants"),
+)}
+
+
+def control_message(op: str, request_id: str | int | None = None,
+                    **args: Any) -> dict[str, Any]:
+    """A control message, checked against ``CONTROL_OPS`` for the ops this side knows.
+
+    An op this side does not know is sent as given: the daemon answers ``NOT_FOUND`` with
+    the ops it knows, and a newer daemon's op stays reachable from an older client."""
+    if not isinstance(op, str) or not op:
+        raise InvalidArgument("control op must be a non-empty string")
+    spec = CONTROL_OPS.get(op)
+    if spec is not None:
+        for name in spec.fields:
+            v = args.get(name)
+            if not isinstance(v, str) or not v:
+                raise InvalidArgument(f"control op {op!r} needs {name!r}: a non-empty string")
+    msg: dict[str, Any] = {"op": op, **args}
+    if request_id is not None:
+        msg["id"] = request_id
+    return msg
