@@ -58,9 +58,12 @@ def load_variant(v: VariantConfig, max_batch_size: int) -> tuple[Backend, float]
     backend = mod.open_backend(v.path, v.options, max_batch_size)
     try:
         backend.warmup(1)
-        if max_batch_size > 1:
-            sizes = backend.batch_sizes
-            backend.warmup(min(max_batch_size, sizes[-1]) if sizes else max_batch_size)
+        sizes = backend.batch_sizes
+        if max_batch_size > 1 and sizes:
+            # Compiled batch sizes (TVM libraries, TensorRT profiles) are slow on their
+            # first run; a runtime with dynamic batch grows its buffers on first use
+            # instead of holding the largest batch's memory from the start.
+            backend.warmup(min(max_batch_size, sizes[-1]))
     except Exception as e:
         backend.close()
         raise ArtifactError(f"{v.path}: warm-up run failed: {type(e).__name__}: {e}") from None

@@ -18,7 +18,7 @@ import signal
 import time
 from typing import Any
 
-from edged import __version__, threadplan
+from edged import __version__, memory, threadplan
 from edged.config import Config, ModelConfig
 from edged.errors import ConfigError
 from edged.metrics import Metrics
@@ -65,6 +65,7 @@ class Server:
             runtime_dir = resolve_runtime_dir(cfg.server.runtime_dir)
         except ConfigError as e:
             raise StartupError(str(e)) from None
+        memory.limit_arenas()  # before the metrics, ZeroMQ and worker threads start
         self._serve_metrics()
         plan = threadplan.current()
         threadplan.apply_process_wide(plan)
@@ -120,6 +121,7 @@ class Server:
                                       swap_headroom_bytes(st.config)) for mc in models]
         async with st.loading():
             failed = await st.registry.load(created, self.governing.index_for)
+        memory.trim()  # what loading and warm-up freed goes back to the system
         for m in failed:
             if startup and m.cfg.required:
                 raise StartupError(f"required model {m.name!r} failed to load: {m.error}")

@@ -184,8 +184,13 @@ class Verifier:
             want = {s.name: list(s.shape) for s in opened.backend.inputs}
             raise VerifyRefused(f"{who} cannot take the check inputs ({inputs.source}: {got}; "
                                 f"it takes {want})")
-        outs = run_batch(opened.backend, feeds)
-        return {s.name: outs[s.name] for s in opened.backend.outputs if s.name in outs}
+        # One row at a time: a check must not grow the runtime's buffers to a batch the
+        # model never serves (8 golden inputs on a max_batch_size 4 detector).
+        n = inputs.count
+        rows = [run_batch(opened.backend, {k: a[i:i + 1] for k, a in feeds.items()})
+                for i in range(n)]
+        return {s.name: np.concatenate([r[s.name] for r in rows])
+                for s in opened.backend.outputs if s.name in rows[0]}
 
     def _detections(self, opened: Opened, outs: dict[str, np.ndarray],
                     n: int) -> list[np.ndarray] | None:
