@@ -23,7 +23,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from edged.governor.sensors.sysfs_support import classify_error, describe
+from edged.governor.sensors.sysfs_support import classify_error, describe, plausible_c, read_int
 
 # Sensor kinds, as recorded in Readings.kinds.
 THERMAL = "thermal"
@@ -118,6 +118,9 @@ class Source(abc.ABC):
     #: what the sampler's log calls this source when its reader raises.
     label: ClassVar[str] = ""
 
+    def __init__(self, root: str) -> None:
+        self.root = root
+
     @abc.abstractmethod
     def read(self, out: Partial, now: float) -> None:
         """Add this source's sensors to ``out`` (``now``: the governor clock)."""
@@ -125,3 +128,12 @@ class Source(abc.ABC):
     def close(self) -> None:
         """Release handles (NVML); the default holds none."""
         return
+
+
+def read_temperature(out: Partial, name: str, kind: str, path: str) -> None:
+    """One m°C file into ``out`` as °C, or a failure of ``name`` (garbage included)."""
+    try:
+        out.temperatures[name] = plausible_c(read_int(path), path)
+        out.kinds[name] = kind
+    except Exception as exc:
+        out.fail(name, kind, exc)

@@ -60,9 +60,6 @@ def read_battery_psutil(out: Partial) -> None:
 class Battery(Source):
     label = "battery"
 
-    def __init__(self, root: str) -> None:
-        self.root = root
-
     def read(self, out: Partial, now: float) -> None:
         if self.root == "/":
             read_battery_psutil(out)

@@ -10,14 +10,12 @@ import glob
 import logging
 import os
 
-from edged.governor.sensors.base import HWMON, Partial, Source
+from edged.governor.sensors.base import HWMON, Partial, Source, read_temperature
 from edged.governor.sensors.sysfs_support import (
     MAX_PLAUSIBLE_C,
     MIN_PLAUSIBLE_C,
     dedupe,
     describe,
-    plausible_c,
-    read_int,
     read_text,
     trailing_int,
 )
@@ -41,11 +39,7 @@ def read_hwmon_sysfs(root: str, out: Partial) -> None:
                 label = f"temp{n}"
             name = dedupe(f"{chip}/{label}", taken)
             taken.add(name)
-            try:
-                out.temperatures[name] = plausible_c(read_int(ipath), ipath)
-                out.kinds[name] = HWMON
-            except Exception as exc:
-                out.fail(name, HWMON, exc)
+            read_temperature(out, name, HWMON, ipath)
 
 
 def read_hwmon_psutil(out: Partial) -> None:
@@ -73,9 +67,6 @@ def read_hwmon_psutil(out: Partial) -> None:
 
 class Hwmon(Source):
     label = "hwmon"
-
-    def __init__(self, root: str) -> None:
-        self.root = root
 
     def read(self, out: Partial, now: float) -> None:
         if self.root == "/":

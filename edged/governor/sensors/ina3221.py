@@ -81,9 +81,6 @@ def ina_total(rails: dict[str, float]) -> float | None:
 class Ina3221(Source):
     label = "INA3221"
 
-    def __init__(self, root: str) -> None:
-        self.root = root
-
     def read(self, out: Partial, now: float) -> None:
         rails: dict[str, float] = {}  # NaN: a rail that failed, which spoils a summed total
         read_ina3221_hwmon(self.root, out, rails)

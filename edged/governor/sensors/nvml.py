@@ -30,6 +30,7 @@ class Nvml(Source):
     label = "NVML"
 
     def __init__(self) -> None:
+        super().__init__("/")
         self._nvml: Any = None
         self._handles: list[Any] = []
         self._tried = False

@@ -36,7 +36,7 @@ class Rapl(Source):
     label = "RAPL"
 
     def __init__(self, root: str) -> None:
-        self.root = root
+        super().__init__(root)
         self._last: dict[str, tuple[int, float]] = {}  # zone dir -> (energy_uj, t)
         self._watts: dict[str, float] = {}
         self._denied_logged: set[str] = set()

@@ -40,9 +40,6 @@ def parse_throttled(text: str) -> dict[str, bool]:
 class GetThrottled(Source):
     label = "get_throttled"
 
-    def __init__(self, root: str) -> None:
-        self.root = root
-
     def read(self, out: Partial, now: float) -> None:
         path = get_throttled_path(self.root)
         if path is None:

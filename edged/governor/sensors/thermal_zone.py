@@ -11,10 +11,9 @@ import os
 import re
 from collections.abc import Callable
 
-from edged.governor.sensors.base import THERMAL, Partial, Source, TripPoint
+from edged.governor.sensors.base import THERMAL, Partial, Source, TripPoint, read_temperature
 from edged.governor.sensors.sysfs_support import (
     dedupe,
-    plausible_c,
     read_int,
     read_text,
     trailing_int,
@@ -49,19 +48,11 @@ def zone_names(root: str) -> list[tuple[str, str | None]]:
 class ThermalZones(Source):
     label = "thermal zones"
 
-    def __init__(self, root: str) -> None:
-        self.root = root
-
     def read(self, out: Partial, now: float) -> None:
         for d, name in zone_names(self.root):
             if name is None:
                 continue  # cannot name it, so cannot match it: it counts for nothing
-            path = os.path.join(d, "temp")
-            try:
-                out.temperatures[name] = plausible_c(read_int(path), path)
-                out.kinds[name] = THERMAL
-            except Exception as exc:
-                out.fail(name, THERMAL, exc)
+            read_temperature(out, name, THERMAL, os.path.join(d, "temp"))
 
 
 def open_source(root: str) -> Source:
