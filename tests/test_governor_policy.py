@@ -214,6 +214,16 @@ def test_auto_levels_fallback_without_trip(tmp_path: Path) -> None:
     assert auto_levels(None)[1].enter_c == 70.0
 
 
+def test_the_policy_reads_no_files(tmp_path: Path) -> None:
+    """Trip points come from the sampler; a Governor given none never looks at the tree."""
+    make_thermal_zone(tmp_path, 0, "cpu-thermal", 95000, trips=ORIN_TRIPS)
+    gov = Governor(parse({"sysfs_root": str(tmp_path)}), clock=Clock())
+    assert gov.trip_c is None and gov.levels[1].enter_c == 70.0  # the fallback, not 84 °C
+    d = gov.step(readings(1000.0))  # no sensors in the readings: nothing read behind them
+    assert d.level == "normal" and d.temperature_c is None
+    assert gov.snapshot()["readings"]["temperatures"] == {}
+
+
 # -- hysteresis and dwell, end to end through sysfs files --------------------------------------
 def test_ramp_up_and_down_with_hysteresis_and_dwell(tmp_path: Path) -> None:
     make_thermal_zone(tmp_path, 0, "cpu-thermal", 50000)

@@ -59,13 +59,10 @@ class Governor:
         self.cfg = cfg
         self._clock = clock
         self._levels = Levels(cfg, trip_points or {}, SensorChoice(cfg).counts)
-        self.levels: tuple[LevelConfig, ...] = self._levels.levels
-        self.trip_c = self._levels.trip_c
-        self.first_threshold_c = self._levels.first_threshold_c
         self._lock = threading.RLock()
         self._auto = Hysteresis(self._levels, cfg.dwell_s)
         self._pin = LevelPin(self._levels.names)
-        self._inputs = InputReader(cfg, self.first_threshold_c)
+        self._inputs = InputReader(cfg, self._levels.first_threshold_c)
         self._forecast_gate = ForecastGate(cfg.forecast_persist)
         self._budget = PowerBudget(cfg.power_budget_w, cfg.power_budget_exit_w,
                                    cfg.power_window_s, cfg.dwell_s)
@@ -77,8 +74,21 @@ class Governor:
 
     # -- public API -------------------------------------------------------------------------
     @property
+    def levels(self) -> tuple[LevelConfig, ...]:
+        return self._levels.levels
+
+    @property
     def level_names(self) -> list[str]:
         return self._levels.names
+
+    @property
+    def trip_c(self) -> float | None:
+        """The passive trip the auto levels came from (None: configured or fallback)."""
+        return self._levels.trip_c
+
+    @property
+    def first_threshold_c(self) -> float | None:
+        return self._levels.first_threshold_c
 
     @property
     def decision(self) -> Decision:

@@ -68,8 +68,7 @@ class Governing:
         exist are dropped."""
         old = self.governor
         pinned = old.snapshot().get("pinned") if old is not None else None
-        self.governor = None
-        self.close()
+        self.close()  # the old governor and its sampler
         if getattr(cfg.governor, "enabled", False):
             from edged.governor.metrics import GovernorMetrics
             from edged.governor.policy import Governor
