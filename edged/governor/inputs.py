@@ -77,9 +77,11 @@ class SensorChoice:
 class InputReader:
     """``read(readings, now)`` per step -> :class:`Inputs`; keeps the cross-sample state."""
 
-    def __init__(self, cfg: GovernorConfig, first_threshold_c: float | None) -> None:
+    def __init__(
+        self, cfg: GovernorConfig, choice: SensorChoice, first_threshold_c: float | None
+    ) -> None:
         self.cfg = cfg
-        self.choice = SensorChoice(cfg)
+        self.choice = choice
         self.first_threshold_c = first_threshold_c
         self._last_good: dict[str, float] = {}
         self._warned_no_sensor = False

@@ -58,11 +58,12 @@ class Governor:
     ) -> None:
         self.cfg = cfg
         self._clock = clock
-        self._levels = Levels(cfg, trip_points or {}, SensorChoice(cfg).counts)
+        choice = SensorChoice(cfg)
+        self._levels = Levels(cfg, trip_points or {}, choice.counts)
         self._lock = threading.RLock()
         self._auto = Hysteresis(self._levels, cfg.dwell_s)
         self._pin = LevelPin(self._levels.names)
-        self._inputs = InputReader(cfg, self._levels.first_threshold_c)
+        self._inputs = InputReader(cfg, choice, self._levels.first_threshold_c)
         self._forecast_gate = ForecastGate(cfg.forecast_persist)
         self._budget = PowerBudget(cfg.power_budget_w, cfg.power_budget_exit_w,
                                    cfg.power_window_s, cfg.dwell_s)
@@ -72,7 +73,6 @@ class Governor:
         self._last_now: float | None = None
         self._seconds = dict.fromkeys(self._levels.names, 0.0)
 
-    # -- public API -------------------------------------------------------------------------
     @property
     def levels(self) -> tuple[LevelConfig, ...]:
         return self._levels.levels
@@ -170,7 +170,6 @@ class Governor:
                 "readings": self._last_readings.to_dict() if self._last_readings else None,
             }
 
-    # -- internals --------------------------------------------------------------------------
     def _advance(self, inp: Inputs, now: float) -> str:
         """Move the automatic level; returns the reason text for the resulting level."""
         levels = self._levels
