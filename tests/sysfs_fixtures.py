@@ -12,8 +12,10 @@ rail numbers. Reusable by any test:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 # (type, m°C, [(trip m°C, trip type, hyst m°C), ...])
 Trip = tuple[int, str, int]
@@ -186,3 +188,26 @@ def make_unreadable_by_directory(path: str | os.PathLike[str]) -> None:
     if p.exists():
         p.unlink()
     p.mkdir(parents=True)
+
+
+def wait_governor_steps(
+    status: Callable[[], dict[str, Any]], count: int, timeout_s: float = 10.0
+) -> dict[str, Any]:
+    """Wait until a daemon's governor has applied ``count`` more steps; its status then.
+
+    ``status`` returns the control ``status`` reply; its ``governor.steps`` counts applied
+    ticks. Why: after writing a tree, a test that checks that *nothing* changed must know
+    the governor has read the tree since; a fixed sleep passes vacuously when no tick
+    happened. The first step counted may have sampled before the write, so ask for one
+    more than the ticks the check needs.
+    """
+    start = int(status()["governor"]["steps"])
+    end = time.monotonic() + timeout_s
+    while True:
+        gov = status()["governor"]
+        if gov["steps"] >= start + count:
+            return dict(gov)
+        if time.monotonic() >= end:
+            raise AssertionError(
+                f"the governor made {gov['steps'] - start} of {count} steps in {timeout_s} s")
+        time.sleep(0.02)

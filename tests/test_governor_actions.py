@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 from conftest import MODELS, Daemon, digits_config
-from sysfs_fixtures import make_ina3221_hwmon
+from sysfs_fixtures import make_ina3221_hwmon, wait_governor_steps
 
 from edged.client import build_infer
 
@@ -33,7 +33,8 @@ max_rate_hz = 5.0
 max_batch_size = 1
 """))
     assert d.ctl({"op": "level", "level": "capped"})["status"] == "OK"
-    time.sleep(0.5)  # the pin acts at the next governor step
+    g = wait_governor_steps(lambda: d.ctl({"op": "status"}), 2)  # the pin acts at a step
+    assert g["level"] == "capped" and g["actions"]["max_rate_hz"] == 5.0
     with d.client(timeout_s=30) as c:
         for k in range(10):
             c.send(*build_infer("digits", X, id=k))

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import MODELS, Daemon, digits_config
-from sysfs_fixtures import make_battery, make_thermal_zone, set_zone_temp
+from sysfs_fixtures import make_battery, make_thermal_zone, set_zone_temp, wait_governor_steps
 
 VAL = np.load(MODELS / "validation.npz")
 X = (VAL["x"][:64].astype(np.float32) / 255.0)[:, None]
@@ -123,7 +123,9 @@ def test_temperature_ramp_swaps_variants_under_load_without_failures(
         wait_for(lambda: active(d) == "cnn-int8", what="swap to cnn-int8 at 72 °C")
         assert level(d) == "warm"
         set_zone_temp(sysroot, 0, 68000)  # between exit (65) and enter (70): hysteresis holds
-        time.sleep(0.8)
+        # Five ticks (0.5 s) that read 68 °C: longer than dwell_s, so only the hysteresis holds.
+        g = wait_governor_steps(lambda: status(d), 6)
+        assert g["readings"]["temperatures"]["cpu-thermal"] == 68.0
         assert level(d) == "warm"
         set_zone_temp(sysroot, 0, 83000)
         wait_for(lambda: active(d) == "small-fp32", what="swap to small-fp32 at 83 °C")
@@ -186,7 +188,8 @@ def test_stale_sensor_is_treated_as_hot_and_recovers(
     wait_for(lambda: level(d) == "hot", what="stale sensor -> hot")
     assert "stale" in status(d)["governor"]["reason"]
     zone.unlink()
-    time.sleep(0.3)
+    g = wait_governor_steps(lambda: status(d), 3)  # ticks that found the zone gone
+    assert "cpu-thermal" in g["readings"]["stale"]
     assert level(d) == "hot"
     assert d.proc.poll() is None
     zone.write_text("40000\n")

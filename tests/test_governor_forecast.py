@@ -171,12 +171,10 @@ def test_observe_load_learns_and_reports_the_prediction(tmp_path: Path) -> None:
 
 def test_simulated_prediction_stays_below_the_threshold_where_the_plain_policy_overshoots(
         tmp_path: Path) -> None:
-    from edged.governor.sensors import Sensors
-
     cfg = parse({"sysfs_root": str(tmp_path), "nvml": False})
     plant = Plant(ambient_c=48.0, rise_per_w=7.0, tau_s=120.0, idle_w=1.0, trip_c=85.0)
     demand = [(float(t), 0.0 if t < 60 else 1.0) for t in range(720)]
-    sim = compare(cfg, plant, default_ladder(5.0), demand, Sensors(str(tmp_path), nvml=False))
+    sim = compare(cfg, plant, default_ladder(5.0), demand)
     runs = sim["runs"]
     assert runs["plain"]["peak_c"] > 70.0  # reacts at the threshold, then the lag overshoots
     assert runs["predicted"]["peak_c"] < 70.0

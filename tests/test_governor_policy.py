@@ -1,7 +1,8 @@
 """Governor config and policy: hysteresis, dwell, forecast, power, battery, stale, pin.
 
-End-to-end cases drive real sysfs files through ``Governor.sample()``; property tests
-feed ``Readings`` straight to ``step()`` (the policy is pure, time is injected).
+End-to-end cases drive real sysfs files through the sampler (``Sensors.sample()``) into
+``step()``, as the daemon does; property tests feed ``Readings`` straight to ``step()``
+(the policy is pure, time is injected).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sysfs_fixtures import (
 from edged.errors import ConfigError
 from edged.governor import Decision, Governor, GovernorConfig, Readings, auto_levels
 from edged.governor.metrics import GovernorMetrics
+from edged.governor.sensors import Sensors
 from edged.schema import Table, raise_if_problems
 
 
@@ -97,6 +99,19 @@ def governor(tmp_path: Path, **overrides: Any) -> tuple[Governor, Clock]:
     data.update(overrides)
     clock = Clock()
     return Governor(parse(data), clock=clock), clock
+
+
+def sampled(tmp_path: Path, **overrides: Any) -> tuple[Governor, Clock, Sensors]:
+    """A governor and the sampler reading ``tmp_path`` on the same clock, as the daemon
+    pairs them (the policy reads no files itself)."""
+    gov, clock = governor(tmp_path, **overrides)
+    return gov, clock, Sensors(str(tmp_path), clock=clock)
+
+
+def auto_governor(tmp_path: Path, **keys: Any) -> Governor:
+    """``levels = "auto"`` from the trip points the sampler finds under ``tmp_path``."""
+    return Governor(parse({"sysfs_root": str(tmp_path), **keys}),
+                    trip_points=Sensors(str(tmp_path)).trip_points())
 
 
 # -- config -----------------------------------------------------------------------------------
@@ -178,7 +193,7 @@ def test_power_budget_exit_validated() -> None:
 def test_auto_levels_from_orin_passive_trip(tmp_path: Path) -> None:
     for i, name in enumerate(["cpu-thermal", "gpu-thermal", "tj-thermal"]):
         make_thermal_zone(tmp_path, i, name, 45000, trips=ORIN_TRIPS)
-    gov = Governor(parse({"sysfs_root": str(tmp_path)}))
+    gov = auto_governor(tmp_path)
     assert gov.trip_c == 99.0
     names = [
         (lv.name, lv.enter_c, lv.exit_c, lv.ladder_steps, lv.max_batch_size) for lv in gov.levels
@@ -192,23 +207,33 @@ def test_auto_levels_from_orin_passive_trip(tmp_path: Path) -> None:
 
 def test_auto_levels_fallback_without_trip(tmp_path: Path) -> None:
     make_thermal_zone(tmp_path, 0, "cpu-thermal", 45000)
-    gov = Governor(parse({"sysfs_root": str(tmp_path), "auto_max_batch_size": 4}))
+    gov = auto_governor(tmp_path, auto_max_batch_size=4)
     assert gov.trip_c is None
     assert [(lv.enter_c, lv.exit_c) for lv in gov.levels[1:]] == [(70.0, 65.0), (80.0, 75.0)]
     assert gov.levels[2].max_batch_size == 4
     assert auto_levels(None)[1].enter_c == 70.0
 
 
+def test_the_policy_reads_no_files(tmp_path: Path) -> None:
+    """Trip points come from the sampler; a Governor given none never looks at the tree."""
+    make_thermal_zone(tmp_path, 0, "cpu-thermal", 95000, trips=ORIN_TRIPS)
+    gov = Governor(parse({"sysfs_root": str(tmp_path)}), clock=Clock())
+    assert gov.trip_c is None and gov.levels[1].enter_c == 70.0  # the fallback, not 84 °C
+    d = gov.step(readings(1000.0))  # no sensors in the readings: nothing read behind them
+    assert d.level == "normal" and d.temperature_c is None
+    assert gov.snapshot()["readings"]["temperatures"] == {}
+
+
 # -- hysteresis and dwell, end to end through sysfs files --------------------------------------
 def test_ramp_up_and_down_with_hysteresis_and_dwell(tmp_path: Path) -> None:
     make_thermal_zone(tmp_path, 0, "cpu-thermal", 50000)
     make_thermal_zone(tmp_path, 1, "PMIC-Die", 100000)  # would be "critical" if counted
-    gov, clock = governor(tmp_path)
+    gov, clock, sensors = sampled(tmp_path)
 
     def at(t: float, celsius: float) -> Decision:
         clock.t = t
         set_zone_temp(tmp_path, 0, int(celsius * 1000))
-        return gov.step(gov.sample())
+        return gov.step(sensors.sample())
 
     d = at(0, 50)
     assert (d.level, d.changed) == ("normal", False)
@@ -333,11 +358,11 @@ def test_power_budget_steps_up_per_window_and_relaxes(tmp_path: Path) -> None:
 
 def test_rail_power_through_sysfs(tmp_path: Path) -> None:
     make_ina3221_hwmon(tmp_path, [("VDD_IN", 5000, 2000), ("VDD_CPU_GPU_CV", 5000, 900)])
-    gov, clock = governor(tmp_path, levels=POWER_LEVELS, power_window_s=2.0)
-    d = gov.step(gov.sample())
+    gov, clock, sensors = sampled(tmp_path, levels=POWER_LEVELS, power_window_s=2.0)
+    d = gov.step(sensors.sample())
     assert d.level == "normal" and d.power_w is None  # less than half a window seen yet
     clock.t += 1
-    d = gov.step(gov.sample())
+    d = gov.step(sensors.sample())
     assert d.level == "eco" and d.power_w == pytest.approx(10.0)
 
 
@@ -365,19 +390,19 @@ def test_battery_thresholds_and_plugged(tmp_path: Path) -> None:
 
 def test_battery_through_sysfs(tmp_path: Path) -> None:
     make_battery(tmp_path, 9, "Discharging")
-    gov, _ = governor(tmp_path, levels=BATTERY_LEVELS)
-    assert gov.step(gov.sample()).level == "survive"
+    gov, _, sensors = sampled(tmp_path, levels=BATTERY_LEVELS)
+    assert gov.step(sensors.sample()).level == "survive"
 
 
 # -- stale sensors ---------------------------------------------------------------------------
 def test_stale_sensor_is_hot_by_default(tmp_path: Path) -> None:
     z = make_thermal_zone(tmp_path, 0, "cpu-thermal", 50000)
     make_thermal_zone(tmp_path, 1, "gpu-thermal", 50000)
-    gov, clock = governor(tmp_path)
-    assert gov.step(gov.sample()).level == "normal"
+    gov, clock, sensors = sampled(tmp_path)
+    assert gov.step(sensors.sample()).level == "normal"
     (z / "temp").write_text("garbage\n")
     clock.t += 1
-    d = gov.step(gov.sample())
+    d = gov.step(sensors.sample())
     assert (d.level, d.reason) == ("critical", "sensor cpu-thermal stale (stale_policy=hot)")
 
 
@@ -385,8 +410,8 @@ def test_power_gated_zone_is_not_stale(tmp_path: Path) -> None:
     """Orin cv*-thermal read EAGAIN when the DLA is gated; here: never readable = not stale."""
     make_thermal_zone(tmp_path, 0, "cpu-thermal", 50000)
     make_thermal_zone(tmp_path, 1, "cv0-thermal", "\n")
-    gov, _ = governor(tmp_path)
-    r = gov.sample()
+    gov, _, sensors = sampled(tmp_path)
+    r = sensors.sample()
     assert "cv0-thermal" in r.unavailable
     assert gov.step(r).level == "normal"
 
@@ -421,13 +446,13 @@ def test_pin_and_unpin(tmp_path: Path) -> None:
 
 def test_snapshot_is_json_and_counts_time(tmp_path: Path) -> None:
     make_thermal_zone(tmp_path, 0, "cpu-thermal", 50000)
-    gov, clock = governor(tmp_path)
-    gov.step(gov.sample())
+    gov, clock, sensors = sampled(tmp_path)
+    gov.step(sensors.sample())
     clock.t += 3
     set_zone_temp(tmp_path, 0, 71000)
-    gov.step(gov.sample())
+    gov.step(sensors.sample())
     clock.t += 2
-    gov.step(gov.sample())
+    gov.step(sensors.sample())
     snap = json.loads(json.dumps(gov.snapshot()))
     assert snap["level"] == "warm" and snap["pinned"] is None
     assert snap["seconds_per_level"] == {"normal": 3.0, "warm": 2.0, "hot": 0.0, "critical": 0.0}
@@ -441,10 +466,10 @@ def test_metrics_names_and_values(tmp_path: Path) -> None:
     make_ina3221_hwmon(tmp_path, [("VDD_IN", 5000, 1000)])
     make_battery(tmp_path, 80, "Charging")
     make_get_throttled(tmp_path, 0x50005)
-    gov, clock = governor(tmp_path)
+    gov, clock, sensors = sampled(tmp_path)
     reg = CollectorRegistry()
     m = GovernorMetrics(reg, gov.level_names)
-    r = gov.sample()
+    r = sensors.sample()
     d = gov.step(r)
     m.update(r, d, 1.5)
     get = reg.get_sample_value
@@ -464,7 +489,7 @@ def test_metrics_names_and_values(tmp_path: Path) -> None:
     # A sensor that stops reading: its gauge goes away instead of freezing.
     (tmp_path / "sys/class/thermal/thermal_zone0/temp").write_text("bad\n")
     clock.t += 6
-    r = gov.sample()
+    r = sensors.sample()
     m.update(r, gov.step(r), 1.0)
     assert get("edged_power_watts") == 5.0
     assert get("edged_sensor_temperature_celsius", {"sensor": "cpu-thermal"}) is None

@@ -7,14 +7,12 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from edged.governor import GovernorConfig
 from edged.governor.replay import replay
-from edged.governor.sensors import Sensors
 from edged.governor.trace import TraceError, load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,9 +43,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
 
 
-def fresh_replay(path: Path, cfg: GovernorConfig, tmp: Path) -> dict:
-    cfg = replace(cfg, sysfs_root=str(tmp), nvml=False)
-    return replay(cfg, load_trace(path), Sensors(str(tmp), nvml=False))
+def fresh_replay(path: Path, cfg: GovernorConfig) -> dict:
+    """A replay with a new Governor (the policy reads no sensors: the trace is its input)."""
+    return replay(cfg, load_trace(path))
 
 
 # -- formats -----------------------------------------------------------------------------------
@@ -105,12 +103,12 @@ def test_bad_tegrastats_line_names_the_line(tmp_path: Path) -> None:
 
 
 # -- determinism and the CLI ---------------------------------------------------------------------
-def test_replay_is_deterministic(tmp_path: Path) -> None:
+def test_replay_is_deterministic() -> None:
     cfg = GovernorConfig(enabled=True, forecast_s=30.0, forecast_model="first_order",
                          forecast_window_s=60.0, forecast_persist=5)
     trace = ROOT / "examples" / "traces" / "synthetic-pi4-heatup.csv"
-    a = fresh_replay(trace, cfg, tmp_path)
-    b = fresh_replay(trace, cfg, tmp_path)
+    a = fresh_replay(trace, cfg)
+    b = fresh_replay(trace, cfg)
     assert a["decisions"] and a["decisions"] == b["decisions"] and a["summary"] == b["summary"]
 
 

@@ -325,3 +325,23 @@ def test_zone_temp_updates(tmp_path: Path) -> None:
     assert s.sample().temperatures["cpu-thermal"] == 40.0
     set_zone_temp(tmp_path, 0, 85500)
     assert s.sample().temperatures["cpu-thermal"] == 85.5
+
+
+# -- sources chosen by name -------------------------------------------------------------------
+def test_sources_are_chosen_by_name(tmp_path: Path) -> None:
+    make_thermal_zone(tmp_path, 0, "cpu-thermal", 40000)
+    make_battery(tmp_path, 55, "Discharging")
+    everything = sensors(tmp_path).sample()
+    assert everything.temperatures == {"cpu-thermal": 40.0}
+    assert everything.battery_ratio == pytest.approx(0.55)
+    zones_only = Sensors(str(tmp_path), clock=Clock(), sources=["thermal_zone"]).sample()
+    assert zones_only.temperatures == {"cpu-thermal": 40.0}
+    assert zones_only.battery_ratio is None and "battery" not in zones_only.kinds
+    assert [s.label for s in Sensors(str(tmp_path), sources=["rapl", "rpi"]).sources] == [
+        "RAPL", "get_throttled"]
+
+
+def test_unknown_source_name_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"unknown sensor source 'ina3221x'; known: thermal_zone,"):
+        Sensors(str(tmp_path), sources=["thermal_zone", "ina3221x"])
+

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import MODELS, Daemon, digits_config
+from sysfs_fixtures import wait_governor_steps
 from test_governor_daemon import LEVELS
 
 from edged.backends import backend_module
@@ -178,7 +179,7 @@ def test_operator_swap_is_a_pin_the_governor_does_not_undo(make_daemon: Any,
     assert r["status"] == "OK", r
     assert r["pin"]["variant"] == "cnn-int8" and r["pin"]["by"] == "operator"
     assert variant_of(d) == "cnn-int8"
-    time.sleep(1.5)  # several governor ticks at level normal ("no readings")
+    wait_governor_steps(lambda: d.ctl({"op": "status"}), 4)  # ticks at level normal
     assert variant_of(d) == "cnn-int8"
     m = d.ctl({"op": "status"})["models"][0]
     assert m["pin"]["variant"] == "cnn-int8" and m["active_variant"] == "cnn-int8"

@@ -18,6 +18,7 @@ from pathlib import Path
 from edged.errors import ConfigError
 from edged.governor.config import GovernorConfig
 from edged.governor.policy import Governor
+from edged.governor.sensors import Sensors
 from edged.schema import Table, raise_if_problems
 
 
@@ -54,13 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 2
-    gov = Governor(cfg)
+    sensors = Sensors(cfg.sysfs_root, nvml=cfg.nvml)
+    gov = Governor(cfg, trip_points=sensors.trip_points())
     interval = cfg.interval_s if args.interval is None else args.interval
     try:
         for i in range(max(1, args.count)):
             if i:
                 time.sleep(interval)
-            readings = gov.sample()
+            readings = sensors.sample()
             decision = gov.step(readings)
             out = {
                 "readings": readings.to_dict(),
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             print(json.dumps(out, ensure_ascii=False), flush=True)
     finally:
-        gov.close()
+        sensors.close()
     return 0
 
 

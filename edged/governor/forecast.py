@@ -124,3 +124,51 @@ class FirstOrderForecast:
             self._power.clear()
             return True
         return False
+
+
+def linear_slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope (°C/s): a fit, not two points, so one noisy sample can't trigger."""
+    n = len(points)
+    mt = sum(p[0] for p in points) / n
+    mv = sum(p[1] for p in points) / n
+    den = sum((p[0] - mt) ** 2 for p in points)
+    if den <= 0:
+        return 0.0
+    return sum((p[0] - mt) * (p[1] - mv) for p in points) / den
+
+
+class LinearForecast:
+    """``forecast_model = "linear"``: the slope over ``window_s``, once half of it is seen."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._temps: deque[tuple[float, float]] = deque()
+
+    def update(self, t: float, temp: float) -> float | None:
+        """The slope (°C/s) at ``t``, or None while the window is too short to believe."""
+        self._temps.append((t, temp))
+        while self._temps and self._temps[0][0] < t - self.window_s:
+            self._temps.popleft()
+        pts = list(self._temps)
+        if len(pts) >= 3 and pts[-1][0] - pts[0][0] >= self.window_s / 2:
+            return linear_slope(pts)
+        return None
+
+
+class ForecastGate:
+    """A forecast escalates only once it has asked for more for ``persist`` samples running.
+
+    Why: one noisy sample (or one steep second of a load step) must not swap a variant.
+    """
+
+    def __init__(self, persist: int) -> None:
+        self.persist = persist
+        self._streak = 0
+
+    def reset(self) -> None:
+        self._streak = 0
+
+    def passes(self) -> bool:
+        """Count one more sample asking for more; True once the streak is long enough."""
+        self._streak += 1
+        return self._streak >= self.persist

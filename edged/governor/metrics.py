@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from edged.governor.policy import Decision
+from edged.governor.decision import Decision
 from edged.governor.sensors import Readings
 
 

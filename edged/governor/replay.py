@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +25,6 @@ from typing import Any
 from edged.errors import ConfigError
 from edged.governor.config import GovernorConfig, auto_levels
 from edged.governor.policy import Governor
-from edged.governor.sensors import Sensors
 from edged.governor.trace import Trace, TraceError, load_trace
 
 
@@ -68,22 +66,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if cfg.levels is None and args.trip is not None:
         cfg = replace(cfg, levels=tuple(auto_levels(args.trip, cfg.auto_max_batch_size)))
-    with tempfile.TemporaryDirectory(prefix="edged-replay-") as empty:
-        cfg = replace(cfg, sysfs_root=empty, nvml=False)
-        sensors = Sensors(empty, nvml=False)
-        result = replay(cfg, trace, sensors)
-        if args.simulate:
-            from edged.governor.simulate import (
-                compare,
-                default_ladder,
-                default_plant,
-                demand_profile,
-            )
+    result = replay(cfg, trace)
+    if args.simulate:
+        from edged.governor.simulate import compare, default_ladder, default_plant, demand_profile
 
-            trip = args.trip if args.trip is not None else _trip_of(result)
-            plant = default_plant(trace, trip)
-            sim = compare(cfg, plant, default_ladder(5.0), demand_profile(trace), sensors)
-            result["simulation"] = sim
+        trip = args.trip if args.trip is not None else _trip_of(result)
+        plant = default_plant(trace, trip)
+        result["simulation"] = compare(cfg, plant, default_ladder(5.0), demand_profile(trace))
     if args.plot is not None:
         try:
             plot(trace, result, args.plot)
@@ -101,10 +90,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def replay(cfg: GovernorConfig, trace: Trace, sensors: Sensors) -> dict[str, Any]:
+def replay(cfg: GovernorConfig, trace: Trace) -> dict[str, Any]:
     """Step a fresh Governor through ``trace``; decisions, summary and per-sample series."""
     clock = [trace.samples[0].timestamp]
-    gov = Governor(cfg, clock=lambda: clock[0], sensors=sensors)
+    gov = Governor(cfg, clock=lambda: clock[0])
     t0 = trace.samples[0].timestamp
     events: list[dict[str, Any]] = []
     series: list[dict[str, Any]] = []

@@ -26,7 +26,7 @@ import numpy as np
 
 from edged.governor.config import GovernorConfig
 from edged.governor.policy import Governor
-from edged.governor.sensors import RAIL, THERMAL, Readings, Sensors
+from edged.governor.sensors import RAIL, THERMAL, Readings
 from edged.governor.trace import Trace
 
 MODEL = "sim"
@@ -116,14 +116,13 @@ def simulate(
     ladder: Sequence[Rung],
     demand: Sequence[tuple[float, float]],
     policy: str,
-    sensors: Sensors,
 ) -> SimResult:
     """Run one policy: ``plain`` (levels), ``predicted`` (levels + predicted choice),
     or ``fixed:N`` (always rung N)."""
     fixed = int(policy.split(":", 1)[1]) if policy.startswith("fixed:") else None
     gcfg = replace(cfg, predict=policy == "predicted")
     clock = [0.0]
-    gov = Governor(gcfg, clock=lambda: clock[0], sensors=sensors)
+    gov = Governor(gcfg, clock=lambda: clock[0])
     temp = plant.equilibrium(plant.idle_w)
     rung = 0 if fixed is None else fixed
     seconds = dict.fromkeys((r.name for r in ladder), 0.0)
@@ -162,14 +161,14 @@ def simulate(
 
 def compare(
     cfg: GovernorConfig, plant: Plant, ladder: Sequence[Rung],
-    demand: Sequence[tuple[float, float]], sensors: Sensors,
+    demand: Sequence[tuple[float, float]],
 ) -> dict[str, Any]:
     """Plain vs predicted vs always-heaviest vs always-lightest, plus work lost."""
     runs = {
-        "plain": simulate(cfg, plant, ladder, demand, "plain", sensors),
-        "predicted": simulate(cfg, plant, ladder, demand, "predicted", sensors),
-        "heaviest": simulate(cfg, plant, ladder, demand, "fixed:0", sensors),
-        "lightest": simulate(cfg, plant, ladder, demand, f"fixed:{len(ladder) - 1}", sensors),
+        "plain": simulate(cfg, plant, ladder, demand, "plain"),
+        "predicted": simulate(cfg, plant, ladder, demand, "predicted"),
+        "heaviest": simulate(cfg, plant, ladder, demand, "fixed:0"),
+        "lightest": simulate(cfg, plant, ladder, demand, f"fixed:{len(ladder) - 1}"),
     }
     heavy, light = runs["heaviest"].work, runs["lightest"].work
 

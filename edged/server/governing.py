@@ -47,6 +47,10 @@ class Governing:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self.governor: Any = None
+        #: the sampler the governor's readings come from (the policy itself reads nothing)
+        self.sensors: Any = None
+        #: governor ticks applied since start (across reloads): what tests wait on
+        self.steps = 0
         self.pins: dict[str, VariantPin] = {}
         self._decision: Any = None
         self._metrics: Any = None
@@ -64,14 +68,14 @@ class Governing:
         exist are dropped."""
         old = self.governor
         pinned = old.snapshot().get("pinned") if old is not None else None
-        self.governor = None
-        if old is not None:
-            old.close()
+        self.close()  # the old governor and its sampler
         if getattr(cfg.governor, "enabled", False):
             from edged.governor.metrics import GovernorMetrics
             from edged.governor.policy import Governor
+            from edged.governor.sensors import Sensors
 
-            self.governor = Governor(cfg.governor)
+            self.sensors = Sensors(cfg.governor.sysfs_root, nvml=cfg.governor.nvml)
+            self.governor = Governor(cfg.governor, trip_points=self.sensors.trip_points())
             if self._metrics is None:
                 self._metrics = GovernorMetrics(self.state.metrics.registry)
             if pinned:
@@ -86,18 +90,19 @@ class Governing:
         self._wake.set()
 
     def close(self) -> None:
-        if self.governor is not None:
-            self.governor.close()
-            self.governor = None
+        self.governor = None
+        if self.sensors is not None:
+            self.sensors.close()
+            self.sensors = None
 
     async def loop(self) -> None:
         """Sample, decide, apply; every ``interval_s``, or at once when woken by a pin."""
         last = time.monotonic()
         while True:
-            gov = self.governor
+            gov, sensors = self.governor, self.sensors
             if gov is not None:
                 try:
-                    readings = await asyncio.to_thread(gov.sample)
+                    readings = await asyncio.to_thread(sensors.sample)
                     if gov is self.governor:  # not replaced by a reload meanwhile
                         self._report_load(gov)
                         decision = gov.step(readings)
@@ -106,6 +111,7 @@ class Governing:
                         last = now
                         self.state.power_w = readings.total_power_w
                         self.apply(decision)
+                        self.steps += 1
                 except asyncio.CancelledError:
                     raise
                 except Exception:
@@ -233,6 +239,6 @@ class Governing:
         if self.governor is None:
             return None
         try:
-            return dict(self.governor.snapshot())
+            return {**self.governor.snapshot(), "steps": self.steps}
         except Exception as e:  # status must never fail because of a sensor
             return {"error": str(e)}

@@ -1,0 +1,96 @@
+"""The predicted variant choice and the swap budget, between a level and its ladder step.
+
+A level asks for a ladder step; with ``predict`` each model reporting its load
+(``observe``) is instead held at the heavier of the level's step and the rung whose
+predicted equilibrium stays below the first threshold (``thermal_model.py``). Either
+way the step moves only when the swap budget allows (``swap_budget.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edged.governor.swap_budget import SwapBudget
+from edged.governor.thermal_model import LoadBook, ThermalModel, choose_rung
+
+
+class Predictor:
+    """Learns the board and each variant's power; turns a wanted step into steps to apply."""
+
+    def __init__(self, predict: bool, swap_min_interval_s: float) -> None:
+        self.enabled = predict
+        self.swaps = SwapBudget(swap_min_interval_s)
+        self._thermal = ThermalModel()
+        self._book = LoadBook()
+        self._ladder_len: dict[str, int] = {}
+        self._rungs: dict[str, int] = {}  # last predicted rung per model
+
+    def observe(self, model: str, variant_index: int, duty: float,
+                ladder_len: int | None) -> None:
+        self._book.observe(model, variant_index, duty)
+        if ladder_len is not None:
+            self._ladder_len[model] = ladder_len
+
+    def predict(self, temp: float | None, total_power_w: float | None, now: float,
+                limit: float | None) -> dict[str, Any] | None:
+        """Learn from this sample; the board fit and each model's predicted equilibria."""
+        book = self._book
+        rails = total_power_w is not None
+        book.learn(total_power_w)
+        power = total_power_w if rails else (book.duty_total() if book.active else None)
+        if temp is None or power is None:
+            return None
+        self._thermal.add(now, temp, power, "W" if rails else "duty")
+        params = self._thermal.params()
+        if params is None:
+            return None
+        models: dict[str, Any] = {}
+        for model, (active, duty) in sorted(book.active.items()):
+            n = max(self._ladder_len.get(model, active + 1), active + 1)
+            eqs: list[float | None] = []
+            for i in range(n):
+                p = book.predicted_power(model, i, rails)
+                eqs.append(None if p is None else params.equilibrium(p))
+            rung = active if limit is None else choose_rung(eqs, active, limit)
+            models[model] = {
+                "active": active,
+                "duty": round(duty, 3),
+                "equilibria_c": [None if e is None else round(e, 1) for e in eqs],
+                "rung": rung,
+            }
+        return {
+            "units": params.units,
+            "ambient_c": round(params.ambient_c, 1),
+            "rise_per_unit": round(params.rise_per_unit, 3),
+            "tau_s": round(params.tau_s, 1),
+            "power": round(power, 3),
+            "equilibrium_c": round(params.equilibrium(power), 1),
+            "limit_c": limit,
+            "models": models,
+        }
+
+    def ladder(
+        self, want: int, now: float, force: bool, prediction: dict[str, Any] | None
+    ) -> tuple[int, float | None, dict[str, int] | None, int]:
+        """Apply the predicted choice and the swap budget: (steps, hold s, per model, wanted).
+
+        ``force`` (a hard threshold, a stale sensor under "hot", an operator pin) spends
+        the swap budget early.
+        """
+        if not (self.enabled and self._book.active):
+            steps, left = self.swaps.allow("*", want, now, force=force)
+            return steps, (left if left > 0 else None), None, want
+        # Each reporting model keeps its last predicted rung while the model is
+        # (re)learning, and is budgeted on its own; the global step is their max.
+        predicted = (prediction or {}).get("models", {})
+        per_model: dict[str, int] = {}
+        lefts: list[float] = []
+        for name in sorted(self._book.active):
+            if name in predicted:
+                self._rungs[name] = predicted[name]["rung"]
+            wanted = max(want, self._rungs.get(name, 0))
+            per_model[name], left = self.swaps.allow(name, wanted, now, force=force)
+            lefts.append(left)
+        wanted = max(want, *self._rungs.values()) if self._rungs else want
+        hold = max(lefts) if lefts and max(lefts) > 0 else None
+        return max(per_model.values()), hold, per_model, wanted
