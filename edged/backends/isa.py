@@ -38,7 +38,8 @@ class CpuIsa:
     """What an INT8 kernel cares about: the architecture and its int8 dot products."""
 
     arch: str  # "x86_64", "aarch64", or platform.machine() when the file says neither
-    int8: tuple[str, ...]  # VNNI_FLAGS present on x86; dotprod / i8mm on aarch64
+    #: VNNI_FLAGS present on x86, dotprod / i8mm on aarch64; None: flags unreadable
+    int8: tuple[str, ...] | None
 
     @property
     def vnni(self) -> bool:
@@ -46,11 +47,12 @@ class CpuIsa:
 
     @property
     def saturates_u8s8(self) -> bool:
-        """x86 without VNNI: 8-bit weights overflow VPMADDUBSW's int16 sums."""
-        return self.arch == "x86_64" and not self.int8
+        """x86 known to lack VNNI: 8-bit weights overflow VPMADDUBSW's int16 sums."""
+        return self.arch == "x86_64" and self.int8 == ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"arch": self.arch, "int8": list(self.int8), "vnni": self.vnni}
+        int8 = None if self.int8 is None else list(self.int8)
+        return {"arch": self.arch, "int8": int8, "vnni": self.vnni}
 
 
 def cpuinfo_path() -> Path:
@@ -61,8 +63,7 @@ def cpu_isa(cpuinfo: Path | None = None) -> CpuIsa:
     """This CPU's ISA from ``cpuinfo`` (default: ``$EDGED_CPUINFO`` or /proc/cpuinfo).
 
     An unreadable file or one without a flags/Features line gives the machine's
-    architecture with no int8 extensions known (then nothing is called saturating
-    unless the file said x86 flags).
+    architecture and ``int8`` None: unknown, so never called saturating.
     """
     try:
         lines = (cpuinfo or cpuinfo_path()).read_text(errors="replace").splitlines()
@@ -75,7 +76,7 @@ def cpu_isa(cpuinfo: Path | None = None) -> CpuIsa:
     if "features" in fields:
         return CpuIsa("aarch64", tuple(v for k, v in ARM_INT8.items() if k in fields["features"]))
     machine = platform.machine().lower()
-    return CpuIsa({"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine), ())
+    return CpuIsa({"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine), None)
 
 
 def int8_weights_warning(artifact: Path, here: CpuIsa | None = None) -> str | None:
