@@ -21,13 +21,20 @@ from onnx import numpy_helper
 
 from edged.backends.sidecar import read_sidecar, sidecar_path, write_sidecar
 from edged.compile import cli
+from edged.compile.options import CompileOptions, OptionError
+from edged.compile.pipeline import Result, run
 from edged.compile.validate import compare
 from edged.golden import read_golden
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGITS = ROOT / "models" / "digits"
 MODEL = DIGITS / "cnn-fp32.onnx"
-FAST = ["--bench-runs", "5", "--max-batch", "4", "--threads", "2", "--no-progress"]
+FAST = {"bench_runs": 5, "max_batch": 4, "threads": 2}
+
+
+def compile_(model: Path, out: Path, **kw: object) -> Result:
+    """The pipeline with few timed runs (figures are only checked for presence)."""
+    return run(CompileOptions(model=model, out=out, **{**FAST, **kw}))  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -41,24 +48,20 @@ def val64(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory, val64: Path) -> tuple[Path, int, str]:
+def compiled(tmp_path_factory: pytest.TempPathFactory, val64: Path) -> tuple[Path, Result]:
     out = tmp_path_factory.mktemp("out")
-    import contextlib
-    import io
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = cli.main([str(MODEL), "--out", str(out), "--val", str(val64), "--name", "digits",
-                       "--steps", "all", "--relative-to", str(out), *FAST])
-    return out, rc, buf.getvalue()
+    return out, compile_(MODEL, out, val=val64, name="digits", relative_to=out)
 
 
 def test_every_cpu_variant_is_built_validated_and_timed(compiled) -> None:
-    out, rc, log = compiled
-    assert rc == 0, log
-    assert "tensorrt:" in log  # skipped (no GPU) or built, never a failure
+    out, result = compiled
+    assert result.exit_code == 0, result.log
+    assert "tensorrt" in result.skipped or "tensorrt" in result.built  # never a failure
+    assert result.failures == [] and result.rejected == []
     names = ["digits-fp32-opt.onnx", "digits-fp16.onnx", "digits-int8.onnx",
              "digits-dynint8.onnx", "digits-tvm-llvm.so"]
+    assert {n: result.outcomes[n] for n in names} == dict.fromkeys(names, "ok")
+    assert result.ladder == out / "variants.toml"
     for n in names:
         meta = read_sidecar(out / n)
         assert meta is not None, n
@@ -80,7 +83,7 @@ def test_every_cpu_variant_is_built_validated_and_timed(compiled) -> None:
 
 
 def test_variants_toml_is_a_ladder(compiled) -> None:
-    out, _, _ = compiled
+    out, _ = compiled
     text = (out / "variants.toml").read_text()
     doc = tomllib.loads(text)
     variants = doc["models"]["variants"]
@@ -113,8 +116,8 @@ def _break(path: Path) -> None:
     onnx.save(m, str(path))
 
 
-def test_broken_variant_is_rejected_and_moved_aside(compiled, val64, tmp_path, capsys) -> None:
-    out, _, _ = compiled
+def test_broken_variant_is_rejected_and_moved_aside(compiled, val64, tmp_path) -> None:
+    out, _ = compiled
     shutil.copy(out / "source.json", tmp_path / "source.json")
     bad = tmp_path / "digits-broken.onnx"
     shutil.copy(MODEL, bad)
@@ -125,11 +128,10 @@ def test_broken_variant_is_rejected_and_moved_aside(compiled, val64, tmp_path, c
     shutil.copy(out / "digits-fp16.onnx", good)
     shutil.copy(sidecar_path(out / "digits-fp16.onnx"), sidecar_path(good))
 
-    rc = cli.main([str(MODEL), "--out", str(tmp_path), "--val", str(val64),
-                   "--name", "digits", "--steps", "validate", *FAST])
-    log = capsys.readouterr().out
-    assert rc == 1
-    assert "digits-broken.onnx: REJECTED" in log and "digits-fp16.onnx: ok" in log
+    result = compile_(MODEL, tmp_path, val=val64, name="digits", steps=("validate",))
+    assert result.exit_code == 1 and result.rejected == ["digits-broken.onnx"]
+    assert result.outcomes == {"digits-broken.onnx": "rejected", "digits-fp16.onnx": "ok"}
+    assert any(line.startswith("digits-broken.onnx: REJECTED: loses") for line in result.log)
     assert not bad.exists() and (tmp_path / "rejected" / bad.name).exists()
     assert (tmp_path / "rejected" / sidecar_path(bad).name).exists()
     assert "digits-broken" not in (tmp_path / "variants.toml").read_text()
@@ -137,9 +139,10 @@ def test_broken_variant_is_rejected_and_moved_aside(compiled, val64, tmp_path, c
     # --force keeps it, marked, and exits 0
     shutil.move(tmp_path / "rejected" / bad.name, bad)
     shutil.move(tmp_path / "rejected" / sidecar_path(bad).name, sidecar_path(bad))
-    rc = cli.main([str(MODEL), "--out", str(tmp_path), "--val", str(val64),
-                   "--name", "digits", "--steps", "validate", "--force", *FAST])
-    assert rc == 0
+    result = compile_(MODEL, tmp_path, val=val64, name="digits", steps=("validate",),
+                      force=True)
+    assert result.exit_code == 0 and result.outcomes["digits-broken.onnx"] == "forced"
+    assert read_sidecar(bad)["forced"] is True
     assert "FORCED" in (tmp_path / "variants.toml").read_text()
 
 
@@ -152,7 +155,7 @@ def test_compare_without_labels_uses_agreement() -> None:
     assert compare(ref, ref, None, 2.0).passed
 
 
-def test_int8_calibrated_from_an_image_folder(val64, tmp_path, capsys) -> None:
+def test_int8_calibrated_from_an_image_folder(val64, tmp_path) -> None:
     cv2 = pytest.importorskip("cv2")
     imgs = tmp_path / "calib"
     imgs.mkdir()
@@ -160,31 +163,72 @@ def test_int8_calibrated_from_an_image_folder(val64, tmp_path, capsys) -> None:
         for i, img in enumerate(z["x"][:32]):
             cv2.imwrite(str(imgs / f"{i:03d}.png"), img)
     out = tmp_path / "out"
-    rc = cli.main([str(MODEL), "--out", str(out), "--steps", "int8", "--calib", str(imgs),
-                   "--preprocess", str(DIGITS / "model.json"), "--val", str(val64), *FAST])
-    log = capsys.readouterr().out
-    assert rc == 0, log
+    result = compile_(MODEL, out, steps=("int8",), calib=imgs, val=val64,
+                      preprocess=DIGITS / "model.json")
+    assert result.exit_code == 0, result.log
     meta = read_sidecar(out / "cnn-int8.onnx")
     assert "32 images" in meta["target"]["calibration"]
     assert meta["validation"]["passed"]
 
 
-def test_tensorrt_alone_without_gpu_is_an_error(tmp_path, capsys) -> None:
+def test_tensorrt_alone_without_gpu_is_an_error(tmp_path) -> None:
     try:
         import tensorrt  # noqa: F401
         pytest.skip("TensorRT installed: the step may build")
     except ImportError:
         pass
-    rc = cli.main([str(MODEL), "--out", str(tmp_path), "--steps", "tensorrt", *FAST])
-    assert rc == 1
-    assert "tensorrt: skipped — " in capsys.readouterr().out
+    result = compile_(MODEL, tmp_path, steps=("tensorrt",))
+    assert result.exit_code == 1 and result.only_step_skipped
+    assert "TensorRT is not installed" in result.skipped["tensorrt"]
+    assert result.built == {} and result.failures == []
 
 
-def test_bad_usage(tmp_path, capsys) -> None:
+@pytest.mark.parametrize(("change", "option", "problem"), [
+    ({"steps": ("int9",)}, "steps", "unknown step(s) int9; known: ort-opt, fp16"),
+    ({"steps": ()}, "steps", "unknown step(s) (none given)"),
+    ({"model": Path("nope.onnx")}, "model", "not found: nope.onnx"),
+    ({"max_batch": 0}, "max_batch", "must be an integer >= 1, got 0"),
+    ({"threads": 1.5}, "threads", "must be an integer >= 1, got 1.5"),
+    ({"max_drop": -1.0}, "max_drop", "must be >= 0"),
+    ({"batch_sizes": (0, 2)}, "batch_sizes", "need positive integers, got [0, 2]"),
+    ({"calib_method": "mean"}, "calib_method", "'mean' is not one of minmax, entropy"),
+    ({"int8_reduce_range": "yes"}, "int8_reduce_range", "'yes' is not one of auto, on, off"),
+    ({"trt_precisions": ("fp8",)}, "trt_precisions", "comma list of fp32, fp16, int8"),
+    ({"postprocess": MODEL}, "postprocess", "needs `val`: a .npz"),
+    ({"val": Path("no-such.npz")}, "val", "not found: no-such.npz"),
+])
+def test_bad_options_are_refused_naming_the_option(tmp_path, change, option, problem) -> None:
+    with pytest.raises(OptionError) as ei:
+        CompileOptions(**{"model": MODEL, "out": tmp_path, **change})
+    assert ei.value.option == option and problem in ei.value.problem, ei.value.problem
+    assert str(ei.value).startswith(f"{option}: ")
+    assert list(tmp_path.iterdir()) == []  # refused before anything is written
+
+
+def test_the_cli_names_the_flag_of_a_bad_option(tmp_path, capsys) -> None:
     assert cli.main([str(MODEL), "--out", str(tmp_path), "--steps", "int9"]) == 2
     assert cli.main([str(tmp_path / "nope.onnx"), "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert "unknown step(s) int9" in err and "model not found" in err
+    assert cli.main([str(MODEL), "--out", str(tmp_path), "--max-batch", "0"]) == 2
+    assert cli.main([str(MODEL), "--out", str(tmp_path), "--postprocess", str(MODEL)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("edged compile: --steps: unknown step(s) int9; known: ort-opt")
+    assert err[1] == f"edged compile: MODEL: not found: {tmp_path / 'nope.onnx'}"
+    assert err[2] == "edged compile: --max-batch: must be an integer >= 1, got 0"
+    assert err[3].startswith("edged compile: --postprocess: needs --val: a .npz")
+    with pytest.raises(SystemExit) as ei:  # argparse's own: a flag's text it cannot parse
+        cli.main([str(MODEL), "--out", str(tmp_path), "--batch-sizes", "1,x"])
+    assert ei.value.code == 2
+    assert "--batch-sizes: need a comma list of positive integers, got '1,x'" in \
+        capsys.readouterr().err
+
+
+def test_the_cli_prints_the_report_as_it_goes(tmp_path, capsys) -> None:
+    rc = cli.main([str(MODEL), "--out", str(tmp_path), "--steps", "ort-opt", "--bench-runs",
+                   "3", "--threads", "1", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "original cnn-fp32.onnx: accuracy" in out and "ort-opt: built cnn-fp32-opt.onnx" in out
+    assert out.rstrip().endswith(f"wrote {tmp_path / 'variants.toml'}")
 
 
 def _tiny_model(path: Path) -> Path:
@@ -214,21 +258,21 @@ def _tiny_model(path: Path) -> Path:
 
 
 @pytest.mark.timeout(600)
-def test_tuning_runs_and_its_database_is_reused(tmp_path, val64, capsys) -> None:
+def test_tuning_runs_and_its_database_is_reused(tmp_path, val64) -> None:
     pytest.importorskip("cloudpickle")
     model = _tiny_model(tmp_path / "tiny.onnx")
     db = tmp_path / "db"
-    args = [str(model), "--out", str(tmp_path / "out"), "--steps", "tvm", "--val", str(val64),
-            "--batch-sizes", "1", "--tune-trials", "4", "--tune-trials-per-task", "1",
-            "--tune-strategy", "replay-trace", "--cost-model", "random",
-            "--tuning-db", str(db), *FAST]
-    assert cli.main(args) == 0, capsys.readouterr().out
+    tuning = {"steps": ("tvm",), "val": val64, "batch_sizes": (1,), "tune_trials": 4,
+              "tune_trials_per_task": 1, "tune_strategy": "replay-trace",
+              "cost_model": "random", "tuning_db": db}
+    result = compile_(model, tmp_path / "out", **tuning)
+    assert result.exit_code == 0, result.log
     first = read_sidecar(tmp_path / "out" / "tiny-tvm-llvm-tuned.so")["tuning"]["runs"]["1"]
     assert first["tasks_tuned"] >= 1 and first["tasks_reused"] == 0
     assert (db / "database_tuning_record.json").stat().st_size > 0
     records = (db / "database_tuning_record.json").read_text().count("\n")
 
-    assert cli.main(args) == 0
+    assert compile_(model, tmp_path / "out", **tuning).exit_code == 0
     second = read_sidecar(tmp_path / "out" / "tiny-tvm-llvm-tuned.so")["tuning"]["runs"]["1"]
     assert second["tasks_reused"] == first["tasks_tuned"]
     assert second["tasks_tuned"] == second["tasks"] - second["tasks_reused"]
@@ -246,7 +290,7 @@ def test_the_daemon_serves_the_generated_ladder(compiled) -> None:
     import onnxruntime as ort
     from conftest import Daemon
 
-    out, _rc, _ = compiled
+    out, _ = compiled
     # Serve every accepted artifact: also those the ladder comments out (not measurably cheaper)
     # (untuned TVM is far slower than ORT on this CPU, but must still load and agree).
     ladder = re.sub(r"(?m)^# (\[\[models\.variants\]\]|\[models\.variants\.options\]|"
@@ -306,9 +350,11 @@ def test_cross_compiles_for_aarch64_and_the_x86_daemon_refuses_it(tmp_path) -> N
     from edged.errors import ArtifactError
 
     out = tmp_path / "arm"
-    rc = cli.main([str(MODEL), "--out", str(out), "--steps", "tvm", "--target", "aarch64",
-                   "--cc", "aarch64-linux-gnu-g++", "--no-progress"])
-    assert rc == 0
+    result = run(CompileOptions(model=MODEL, out=out, steps=("tvm",), target="aarch64",
+                                cc="aarch64-linux-gnu-g++"))
+    assert result.exit_code == 0, result.log
+    if platform.machine() != "aarch64":
+        assert result.outcomes == {"cnn-tvm-aarch64.so": "not checked here"}
     so = out / "cnn-tvm-aarch64.so"
     head = so.read_bytes()[:20]
     assert head[:4] == b"\x7fELF" and int.from_bytes(head[18:20], "little") == 183  # EM_AARCH64

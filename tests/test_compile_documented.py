@@ -22,8 +22,13 @@ from typing import Any
 
 import pytest
 
+from edged.backends.isa import CpuIsa, cpu_isa
 from edged.backends.sidecar import read_sidecar
 from edged.compile import ladder, modeljson
+from edged.compile.options import CompileOptions
+from edged.compile.ort_steps import seven_bit_weights
+from edged.compile.pipeline import run
+from edged.compile.sources import DataError
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = Path("models/digits/cnn-fp32.onnx")  # as typed in the README, from the repo root
@@ -84,19 +89,18 @@ def test_equal_cost_digits_variants_make_one_rung(readme_run) -> None:
 
 
 def test_without_calibration_data_int8_is_skipped_and_the_run_succeeds(tmp_path) -> None:
-    alone = tmp_path / "cnn-fp32.onnx"  # no model.json beside it, no --val/--calib
+    alone = tmp_path / "cnn-fp32.onnx"  # no model.json beside it, no val/calib
     shutil.copy(ROOT / MODEL, alone)
-    r = _edged("compile", str(alone), "--out", str(tmp_path / "out"),
-               "--steps", "ort-opt,int8", "--bench-runs", "3", "--no-progress")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "INT8 steps are skipped" in r.stdout
-    assert "int8: skipped — no calibration data" in r.stdout
+    fast = {"bench_runs": 3, "threads": 1, "max_batch": 4}
+    r = run(CompileOptions(model=alone, out=tmp_path / "out", steps=("ort-opt", "int8"), **fast))
+    assert r.exit_code == 0, r.log
+    assert any("INT8 steps are skipped" in line for line in r.log)
+    assert r.skipped["int8"].startswith("no calibration data")
     assert not (tmp_path / "out" / "cnn-int8.onnx").exists()
-    assert (tmp_path / "out" / "cnn-fp32-opt.onnx").exists()
+    assert r.outcomes == {"cnn-fp32-opt.onnx": "ok"}
     # Asked for alone, a step that cannot run is an error (as tensorrt without a GPU).
-    r = _edged("compile", str(alone), "--out", str(tmp_path / "out2"), "--steps", "int8",
-               "--bench-runs", "3", "--no-progress")
-    assert r.returncode == 1 and "int8: skipped" in r.stdout
+    r = run(CompileOptions(model=alone, out=tmp_path / "out2", steps=("int8",), **fast))
+    assert r.exit_code == 1 and r.only_step_skipped and "int8" in r.skipped
 
 
 @pytest.mark.parametrize(("doc", "message"), [
@@ -109,9 +113,10 @@ def test_bad_model_json_data_keys_are_named(tmp_path, doc: dict[str, Any], messa
     with pytest.raises(ValueError, match=message):
         modeljson.read(tmp_path / "model.json")
     shutil.copy(ROOT / MODEL, tmp_path / "m.onnx")
-    r = _edged("compile", str(tmp_path / "m.onnx"), "--out", str(tmp_path / "o"),
-               "--steps", "ort-opt")
-    assert r.returncode == 2 and message in r.stderr and "model.json" in r.stderr
+    with pytest.raises(DataError, match=message) as ei:
+        run(CompileOptions(model=tmp_path / "m.onnx", out=tmp_path / "o", steps=("ort-opt",)))
+    assert "model.json" in str(ei.value)
+    assert not (tmp_path / "o" / "m-fp32-opt.onnx").exists()
 
 
 def _entry(name: str, precision: str, b1_rounds: list[float], thr_rounds: list[float],
@@ -167,26 +172,22 @@ def test_ladder_rule_picks_the_cheaper_of_two_int8s_only_when_it_is_measurably_c
     assert tomllib.loads(rendered)["models"]["variants"][0]["name"] == "fp32"
 
 
-@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the VNNI check is for x86")
-def test_reduce_range_is_chosen_from_the_cpu_flags(tmp_path) -> None:
-    from edged.compile.ort_steps import lacks_vnni
-
-    avx2 = tmp_path / "avx2"
-    avx2.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
-    vnni = tmp_path / "vnni"
-    vnni.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f avx512_vnni\n")
-    assert lacks_vnni(avx2) is True
-    assert lacks_vnni(vnni) is False
-    assert lacks_vnni(tmp_path / "missing") is False
+def test_weight_width_is_chosen_from_the_cpu() -> None:
+    avx2, vnni = CpuIsa("x86_64", ()), CpuIsa("x86_64", ("avx_vnni",))
+    arm, unknown = CpuIsa("aarch64", ()), CpuIsa("x86_64", None)
+    assert [seven_bit_weights("auto", c) for c in (avx2, vnni, arm, unknown)] == \
+        [True, False, False, False]
+    assert all(seven_bit_weights("on", c) for c in (avx2, vnni, arm))
+    assert not any(seven_bit_weights("off", c) for c in (avx2, vnni, arm))
 
 
 def test_int8_sidecar_records_the_weight_width(readme_run) -> None:
-    from edged.compile.ort_steps import lacks_vnni
-
     out, log = readme_run
+    here = cpu_isa()
     int8 = read_sidecar(out / "cnn-int8.onnx")
-    assert int8 is not None and int8["target"]["reduce_range"] is lacks_vnni()
-    if lacks_vnni():
+    assert int8 is not None and int8["target"]["reduce_range"] is here.saturates_u8s8
+    assert int8["build_cpu"] == here.to_json()
+    if here.saturates_u8s8:
         assert "7-bit (reduce_range)" in int8["target"]["quantization"]
         assert "int8: this CPU has no VNNI" in log
         assert int8["validation"]["max_abs_diff"] < 0.5  # no saturation

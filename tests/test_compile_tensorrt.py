@@ -24,6 +24,8 @@ from edged.backends.tensorrt_support import probe
 from edged.compile import tensorrt as trt_build
 from edged.compile import tensorrt_plans as plans
 from edged.compile.data import Preprocess, load_dataset
+from edged.compile.options import CompileOptions, parse_precisions
+from edged.compile.pipeline import run
 from edged.errors import ArtifactError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,11 +107,11 @@ def test_network_typing_follows_nvidia_advice() -> None:
 
 
 def test_precision_list_parsing() -> None:
-    assert plans.parse_precisions("all") == ["fp32", "fp16", "int8"]
-    assert plans.parse_precisions("int8, fp32") == ["fp32", "int8"]
+    assert parse_precisions("all") == ("fp32", "fp16", "int8")
+    assert parse_precisions("int8, fp32") == ("fp32", "int8")
     for bad in ("", "fp8", "fp32,int4"):
         with pytest.raises(ValueError, match="comma list of fp32, fp16, int8"):
-            plans.parse_precisions(bad)
+            parse_precisions(bad)
 
 
 # -- Q/DQ models TensorRT parses ----------------------------------------------------------
@@ -245,3 +247,14 @@ def test_compile_rejects_a_bad_precision_list(tmp_path: Path,
                   "--trt-precisions", "fp32,int4"])
     assert ei.value.code == 2
     assert "--trt-precisions: TensorRT precisions must be a comma list" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(GPU_OK, reason="a GPU is usable here")
+def test_the_step_is_skipped_with_the_reason_and_the_others_still_run(tmp_path: Path) -> None:
+    result = run(CompileOptions(model=DIGITS / "cnn-fp32.onnx", out=tmp_path,
+                                steps=("tensorrt", "ort-opt"), trt_precisions=("fp32",),
+                                bench_runs=3, max_batch=4, threads=1))
+    assert result.exit_code == 0, result.log  # skipped beside another step: not a failure
+    assert "tensorrt" in result.skipped and not result.only_step_skipped
+    assert result.outcomes == {"cnn-fp32-opt.onnx": "ok"}
+    assert not list(tmp_path.glob("*.engine"))

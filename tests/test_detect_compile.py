@@ -21,15 +21,20 @@ pytest.importorskip("pycocotools")
 from onnx import TensorProto, helper  # noqa: E402
 
 from edged.backends.sidecar import read_sidecar  # noqa: E402
-from edged.compile import cli  # noqa: E402
 from edged.compile.detect_val import (  # noqa: E402
     DetectionCheck,
     load_detection_set,
     load_postprocess,
 )
+from edged.compile.options import CompileOptions, OptionError  # noqa: E402
+from edged.compile.pipeline import Result, run  # noqa: E402
 from edged.compile.runners import open_variant  # noqa: E402
+from edged.compile.sources import DataError  # noqa: E402
 
-FAST = ["--bench-runs", "3", "--max-batch", "4", "--threads", "1", "--no-progress"]
+
+def compile_int8(model: Path, out: Path, val: Path, post: Path) -> Result:
+    return run(CompileOptions(model=model, out=out, steps=("int8",), val=val, postprocess=post,
+                              bench_runs=3, max_batch=4, threads=1))
 
 
 def cell_detector(path: Path, size: int = 32, shift: float = 0.0) -> Path:
@@ -97,33 +102,31 @@ def test_original_lower_resolution_and_broken_variants(scenes: Path, tmp_path: P
     assert v.drop_pct == pytest.approx(100.0) and "drop +100.00 pts" in v.summary()
 
 
-def test_compile_int8_validated_by_map(scenes: Path, tmp_path: Path, capsys) -> None:
+def test_compile_int8_validated_by_map(scenes: Path, tmp_path: Path) -> None:
     model = cell_detector(tmp_path / "cells-fp32.onnx")
     out = tmp_path / "out"
-    rc = cli.main([str(model), "--out", str(out), "--steps", "int8", "--val",
-                   str(scenes / "val.npz"), "--postprocess", str(scenes / "post.toml"), *FAST])
-    log = capsys.readouterr().out
-    assert rc == 0, log
-    assert "mAP@0.5 100.00% (original 100.00%" in log
+    result = compile_int8(model, out, scenes / "val.npz", scenes / "post.toml")
+    assert result.exit_code == 0 and result.outcomes == {"cells-int8.onnx": "ok"}, result.log
+    assert any("mAP@0.5 100.00% (original 100.00%" in line for line in result.log)
     meta = read_sidecar(out / "cells-int8.onnx")
     assert meta["validation"]["passed"] and meta["validation"]["map50_pct"] == 100.0
     assert "letterboxed" in meta["target"]["calibration"]
 
 
-def test_bad_detection_inputs(scenes: Path, tmp_path: Path, capsys) -> None:
+def test_bad_detection_inputs(scenes: Path, tmp_path: Path) -> None:
     model = cell_detector(tmp_path / "cells-fp32.onnx")
     bad = tmp_path / "bad.toml"
     bad.write_text('kind = "detect"\ndecoder = "yolov8"\nconff = 0.3\n')
-    rc = cli.main([str(model), "--out", str(tmp_path / "o"), "--steps", "int8", "--val",
-                   str(scenes / "val.npz"), "--postprocess", str(bad), *FAST])
-    assert rc == 2 and "conff: unknown key (did you mean 'conf'?)" in capsys.readouterr().err
+    out = tmp_path / "o"
+    with pytest.raises(DataError, match=re.escape("conff: unknown key (did you mean 'conf'?)")):
+        compile_int8(model, out, scenes / "val.npz", bad)
     np.savez(tmp_path / "nobox.npz", images=np.zeros((1, 8, 8, 3), np.uint8))
-    rc = cli.main([str(model), "--out", str(tmp_path / "o"), "--steps", "int8", "--val",
-                   str(tmp_path / "nobox.npz"), "--postprocess", str(scenes / "post.toml")])
-    assert rc == 2 and "needs arrays 'images' and 'boxes'" in capsys.readouterr().err
-    rc = cli.main([str(model), "--out", str(tmp_path / "o"), "--steps", "int8",
-                   "--postprocess", str(scenes / "post.toml")])
-    assert rc == 2 and "--postprocess needs --val" in capsys.readouterr().err
+    with pytest.raises(DataError, match="needs arrays 'images' and 'boxes'"):
+        compile_int8(model, out, tmp_path / "nobox.npz", scenes / "post.toml")
+    with pytest.raises(OptionError, match="postprocess: needs val") as ei:
+        CompileOptions(model=model, out=out, postprocess=scenes / "post.toml")
+    assert ei.value.option == "postprocess"
+    assert not (out / "cells-int8.onnx").exists()  # nothing built from bad inputs
 
 
 def test_folder_of_photos_of_different_sizes(tmp_path: Path) -> None:
@@ -162,17 +165,15 @@ def _post(d: Path) -> Path:
     return p
 
 
-def test_compile_int8_of_the_trained_detector_keeps_its_map(tmp_path: Path, capsys) -> None:
+def test_compile_int8_of_the_trained_detector_keeps_its_map(tmp_path: Path) -> None:
     """The project's own YOLOv8-layout detector: INT8 (Conv only; the decode stays float)
     is accepted within 2 mAP points by edged compile's mAP validation."""
     root = Path(__file__).resolve().parent.parent / "models" / "digits-det"
     post = tmp_path / "post.toml"
     post.write_text('[postprocess]\nkind = "detect"\ndecoder = "yolov8"\nresize = "letterbox"\n')
     out = tmp_path / "out"
-    rc = cli.main([str(root / "det-fp32.onnx"), "--out", str(out), "--steps", "int8",
-                   "--val", str(root / "val.npz"), "--postprocess", str(post), *FAST])
-    log = capsys.readouterr().out
-    assert rc == 0, log
+    result = compile_int8(root / "det-fp32.onnx", out, root / "val.npz", post)
+    assert result.exit_code == 0, result.log
     meta = read_sidecar(out / "det-int8.onnx")
     assert meta["validation"]["passed"] and meta["validation"]["drop_pct"] <= 2.0, meta
     assert meta["validation"]["map50_pct"] >= 90.0

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from edged import threadplan
-from edged.backends import ort_cache
+from edged.backends import isa, ort_cache
 from edged.backends.base import Backend, BackendInfo, BackendOptions, TensorSpec, require_file
 from edged.errors import ArtifactError
 from edged.schema import Table, non_negative
@@ -164,6 +164,10 @@ class OnnxRuntimeBackend(Backend):
         )
         if wanted[0] != actual[0]:
             log.warning("asked for %s but %s runs %s", wanted[0], path.name, actual[0])
+        saturating = isa.int8_weights_warning(path) if actual[0] == PROVIDERS["cpu"] else None
+        if saturating:
+            log.warning("%s", saturating)
+            self.info.details["warning"] = saturating
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         outs = self.session.run(self._output_names, feeds)

@@ -15,11 +15,19 @@ Why these choices (measured, see /work/shared/research/backend_apis.md §3):
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from edged.backends.isa import CpuIsa
+from edged.backends.sidecar import sha256_file, write_sidecar
+from edged.compile.context import Context, StepSkipped
+
+ORT_TOOLS = ("onnxruntime", "onnx", "onnxconverter-common")
 
 
 def optimize(src: Path, out: Path) -> Path:
@@ -68,7 +76,12 @@ class _Reader:
 
 
 def _preprocessed(src: Path, tmp: Path) -> Path:
-    """Shape inference + fusions ORT recommends before quantizing; falls back to src."""
+    """Shape inference + fusions ORT recommends before quantizing (into ``tmp``).
+
+    Called with ``tmp`` as the current directory (``_in_temp_dir``): when ORT's symbolic
+    shape inference gives up it saves ``sym_shape_infer_temp.onnx`` and a ``<uuid>.data``
+    into the current directory, which must not be the user's checkout.
+    """
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     pre = tmp / "pre.onnx"
@@ -79,28 +92,16 @@ def _preprocessed(src: Path, tmp: Path) -> Path:
     return pre
 
 
-VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+@contextlib.contextmanager
+def _in_temp_dir() -> Iterator[Path]:
+    """A temporary directory that is also the current one while quantizing.
 
-
-def lacks_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """True on an x86 CPU whose U8S8 kernels saturate (AVX2 without VNNI).
-
-    Why: there ORT multiplies U8 activations by S8 weights with VPMADDUBSW, whose
-    int16 pair sums saturate; on the digits CNN that moved logits by up to 1.45
-    (0.15 with 7-bit weights, ``reduce_range``). ORT's quantization docs recommend
-    ``reduce_range`` on such CPUs. ARM and VNNI x86 do not saturate.
+    Why: ORT's quantization tools save scratch files under relative names. The current
+    directory is process-wide, so quantization must not run in two threads at once
+    (``edged compile`` runs its steps one after the other).
     """
-    import platform
-
-    if platform.machine().lower() not in ("x86_64", "amd64", "i686"):
-        return False
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return False
-    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines()
-                  if ln.startswith("flags")), [])
-    return bool(flags) and not any(f in flags for f in VNNI_FLAGS)
+    with tempfile.TemporaryDirectory(prefix="edged-quant-") as td, contextlib.chdir(td):
+        yield Path(td)
 
 
 def to_int8_static(
@@ -137,8 +138,9 @@ def to_int8_static(
     class Reader(_Reader, CalibrationDataReader):
         pass
 
-    with tempfile.TemporaryDirectory() as td:
-        pre = _preprocessed(src, Path(td))
+    src, out = src.resolve(), out.resolve()
+    with _in_temp_dir() as td:
+        pre = _preprocessed(src, td)
         quantize_static(
             str(pre), str(out), Reader(input_name, calib, batch, progress),
             quant_format=QuantFormat.QDQ, per_channel=True,
@@ -155,7 +157,60 @@ def to_int8_dynamic(src: Path, out: Path) -> Path:
     """Weights quantized ahead of time, activations at run time (no calibration data)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with tempfile.TemporaryDirectory() as td:
-        pre = _preprocessed(src, Path(td))
+    src, out = src.resolve(), out.resolve()
+    with _in_temp_dir() as td:
+        pre = _preprocessed(src, td)
         quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8)
     return out
+
+
+# -- the steps (edged.compile.steps) ------------------------------------------------------
+
+def build_optimized(ctx: Context) -> list[Path]:
+    path = optimize(ctx.src, ctx.out / f"{ctx.name}-fp32-opt.onnx")
+    return [_record(ctx, path, "fp32", "ort-opt",
+                    {"kind": "cpu", "graph_optimization": "extended"})]
+
+
+def build_fp16(ctx: Context) -> list[Path]:
+    return [_record(ctx, to_fp16(ctx.src, ctx.out / f"{ctx.name}-fp16.onnx"), "fp16", "fp16",
+                    {"kind": "any"})]
+
+
+def seven_bit_weights(choice: str, cpu: CpuIsa) -> bool:
+    """``int8_reduce_range`` on/off, or auto: 7-bit where 8-bit weights saturate."""
+    return choice == "on" or (choice == "auto" and cpu.saturates_u8s8)
+
+
+def build_int8_static(ctx: Context) -> list[Path]:
+    if ctx.calib is None:
+        raise StepSkipped("no calibration data: pass --calib or --val, or name it in model.json")
+    o = ctx.opts
+    reduce = seven_bit_weights(o.int8_reduce_range, ctx.cpu)
+    if o.int8_reduce_range == "auto" and reduce:
+        ctx.say("int8: this CPU has no VNNI (U8S8 would saturate): 7-bit weights "
+                "(--int8-reduce-range off to override)")
+    path = to_int8_static(
+        ctx.src, ctx.out / f"{ctx.name}-int8.onnx", ctx.inputs[0]["name"], ctx.calib.x,
+        method=o.calib_method, progress=o.progress, reduce_range=reduce,
+        op_types=["Conv"] if ctx.detect is not None else None)
+    bits = "7-bit (reduce_range)" if reduce else "S8"
+    scope = ", Conv only (decode stays float)" if ctx.detect is not None else ""
+    return [_record(ctx, path, "int8", "int8", {
+        "kind": "cpu", "quantization": "static QDQ, U8 activations, per-channel "
+        f"{bits} weights, {o.calib_method}{scope}",
+        "calibration": ctx.calib.source, "reduce_range": reduce})]
+
+
+def build_int8_dynamic(ctx: Context) -> list[Path]:
+    path = to_int8_dynamic(ctx.src, ctx.out / f"{ctx.name}-dynint8.onnx")
+    return [_record(ctx, path, "int8-dynamic", "dynamic-int8", {"kind": "cpu"})]
+
+
+def _record(ctx: Context, path: Path, precision: str, step: str,
+            target: dict[str, Any]) -> Path:
+    meta = ctx.base_meta("onnxruntime", precision, step, ORT_TOOLS)
+    meta.update(name=path.stem, target=target, batch_sizes=None, options={},
+                sha256=sha256_file(path))
+    write_sidecar(path, meta)
+    return path

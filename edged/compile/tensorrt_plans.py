@@ -37,6 +37,7 @@ from edged.backends.tensorrt_keys import (
     plan_variant_name,
     timing_cache_name,
 )
+from edged.compile.context import Context, StepSkipped
 
 log = logging.getLogger(__name__)
 
@@ -57,18 +58,6 @@ class PlanResults:
     made: list[Path] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
-
-
-def parse_precisions(text: str) -> list[str]:
-    """``"fp32,int8"`` -> ``["fp32", "int8"]``; ``"all"`` -> every precision."""
-    if text.strip() == "all":
-        return list(PRECISIONS)
-    got = [p.strip() for p in text.split(",") if p.strip()]
-    bad = [p for p in got if p not in PRECISIONS]
-    if bad or not got:
-        raise ValueError(f"TensorRT precisions must be a comma list of {', '.join(PRECISIONS)} "
-                         f"or all; got {text!r}")
-    return [p for p in PRECISIONS if p in got]
 
 
 def recipe(precision: str, trt_major: int, src: Path, fp16_onnx: Path | None = None,
@@ -241,3 +230,22 @@ def build_plans(src: Path, out_dir: Path, name: str, *, precisions: list[str], m
                                "note": note})
         results.made.append(plan)
     return results
+
+
+def build_step(ctx: Context) -> list[Path]:
+    """The ``tensorrt`` step: ``build_plans`` for this GPU; skipped without one."""
+    from edged.compile import tensorrt as trt_build
+
+    o = ctx.opts
+    try:
+        res = build_plans(ctx.src, ctx.out, ctx.name, precisions=list(o.trt_precisions),
+                          max_batch=o.max_batch, input_name=ctx.inputs[0]["name"],
+                          calib=ctx.calib, calib_method=o.calib_method, progress=o.progress)
+    except trt_build.GpuUnavailable as e:
+        raise StepSkipped(str(e)) from e
+    for precision, why in res.skipped.items():
+        ctx.say(f"tensorrt {precision}: skipped — {why}")
+    for precision, err in res.failed.items():
+        ctx.failures.append(f"tensorrt {precision}")
+        ctx.say(f"tensorrt {precision}: FAILED — {err}")
+    return res.made
