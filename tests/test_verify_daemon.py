@@ -159,3 +159,25 @@ def test_verify_false_goes_live_unchecked_with_a_warning(make_daemon: Any,
     assert "unverified variant goes live model=digits variant=corrupt" in d.log()
     assert metric(d, 'edged_variant_checks_total{model="digits",result="unverified",'
                      'variant="corrupt"} 1.0')
+
+
+def test_a_model_loaded_on_a_lower_rung_is_checked_first(make_daemon: Any,
+                                                         tmp_path: Path) -> None:
+    """Loading (start, reload, `ctl load`) on a rung other than the reference checks it
+    against the reference first; one that fails is not served: the reference is."""
+    bad = perturbed_copy(MODELS / "cnn-fp32.onnx", tmp_path / "corrupt.onnx")
+    shutil.copy(golden.golden_path(MODELS / "cnn-fp32.onnx"), golden.golden_path(bad))
+    d: Daemon = make_daemon(digits_with(tmp_path, "corrupt", bad))
+    assert d.ctl({"op": "swap", "model": "digits", "variant": "cnn-int8"})["status"] == "OK"
+    assert d.ctl({"op": "unload", "model": "digits"})["status"] == "OK"
+    r = d.ctl({"op": "load", "model": "digits"})  # the operator's pin says cnn-int8
+    assert r["status"] == "OK" and r["model"]["active_variant"] == "cnn-int8", r
+    assert len(re.findall(r"verify ok model=digits variant=cnn-int8 vs cnn-fp32", d.log())) == 2
+    assert d.ctl({"op": "unload", "model": "digits"})["status"] == "OK"
+    assert d.ctl({"op": "swap", "model": "digits", "variant": "corrupt"})["pin"]["variant"] \
+        == "corrupt"  # pinned while unloaded: the next load starts there
+    r = d.ctl({"op": "load", "model": "digits"})
+    assert r["status"] == "OK" and r["model"]["active_variant"] == "cnn-fp32", r
+    assert "verify failed: variant refused model=digits variant=corrupt" in d.log()
+    with d.client() as c:
+        assert c.infer("digits", SAMPLE).variant == "cnn-fp32"
