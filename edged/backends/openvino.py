@@ -102,8 +102,8 @@ def import_openvino() -> Any:
         sys.modules.setdefault("openvino.tools.ovc", None)  # type: ignore[arg-type]
     try:
         import openvino as ov
-        import openvino.properties  # noqa: F401  (the property names used below)
-        import openvino.properties.hint  # noqa: F401
+        import openvino.properties
+        import openvino.properties.hint
     except ImportError as e:
         raise ArtifactError(
             f"OpenVINO is not installed ({e}); install it with: pip install '{EXTRA}'"
@@ -124,7 +124,8 @@ def default_cache_dir() -> Path:
 def cache_folder(root: Path, device: str, version: str) -> Path:
     """``root/<device>-<version>``: a blob is only valid for the device and OpenVINO that
     compiled it (OpenVINO's own key covers the model and the compile properties)."""
-    safe = re.sub(r"[^A-Za-z0-9.]+", "_", f"{device}-{version.split('-')[0]}")
+    release = "-".join(version.split("-")[:2])  # "2026.4.1-22982": version and build
+    safe = re.sub(r"[^A-Za-z0-9.-]+", "_", f"{device}-{release}")
     return root / safe
 
 
