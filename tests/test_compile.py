@@ -87,7 +87,7 @@ def test_variants_toml_is_a_ladder(compiled) -> None:
     text = (out / "variants.toml").read_text()
     doc = tomllib.loads(text)
     variants = doc["models"]["variants"]
-    assert {v["backend"] for v in variants} <= {"onnxruntime", "tvm", "tensorrt"}
+    assert {v["backend"] for v in variants} <= {"onnxruntime", "openvino", "tvm", "tensorrt"}
     names = {v["name"] for v in variants}
     # An fp32 rung heads the ladder: the original or its graph-optimized copy, whichever
     # measured faster in this run (timing decides which, so either is right).
