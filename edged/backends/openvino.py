@@ -137,7 +137,7 @@ def _writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK)
 
 
-def _spec(ov: Any, port: Any, what: str, path: Path) -> TensorSpec:
+def _spec(port: Any, what: str, path: Path) -> TensorSpec:
     try:
         dtype = np.dtype(port.get_element_type().to_dtype())
     except Exception:
@@ -147,7 +147,7 @@ def _spec(ov: Any, port: Any, what: str, path: Path) -> TensorSpec:
     return TensorSpec(port.get_any_name(), dtype, shape)
 
 
-def _check_device(ov: Any, core: Any, device: str) -> None:
+def _check_device(core: Any, device: str) -> None:
     """A device name this OpenVINO cannot use fails here, naming what is available."""
     base = device.split(":")[0]
     if base.split(".")[0] in VIRTUAL_DEVICES:
@@ -162,42 +162,49 @@ def _check_device(ov: Any, core: Any, device: str) -> None:
                         f"{hint}; available: {', '.join(available) or 'none'}")
 
 
+def compile_config(ov: Any, options: Options, max_batch_size: int,
+                   name: str) -> tuple[dict[str, Any], Path | None]:
+    """The ``compile_model`` properties for ``options`` and the cache folder in use
+    (None: no cache, or its folder cannot be written)."""
+    import openvino.properties as props
+    import openvino.properties.hint as hints
+
+    hint = options.performance_hint
+    if hint == "auto":
+        hint = "latency" if max_batch_size <= 1 else "throughput"
+    config: dict[str, Any] = {
+        hints.performance_mode: (hints.PerformanceMode.LATENCY if hint == "latency"
+                                 else hints.PerformanceMode.THROUGHPUT)}
+    if options.precision != "auto":
+        config[hints.inference_precision] = {"f32": ov.Type.f32, "bf16": ov.Type.bf16,
+                                             "f16": ov.Type.f16}[options.precision]
+    if options.device == "CPU":  # CPU-plugin properties; other devices reject them
+        config[props.inference_num_threads] = options.threads or threadplan.current().cores
+        config[hints.enable_cpu_pinning] = False
+    if options.streams:
+        config[props.streams.num] = options.streams
+    if not options.cache:
+        return config, None
+    cache = cache_folder(options.cache_dir or default_cache_dir(), options.device,
+                         ov.get_version())
+    if not _writable(cache):
+        log.warning("OpenVINO cache %s is not writable; compiling %s uncached", cache, name)
+        return config, None
+    config[props.cache_dir] = str(cache)
+    return config, cache
+
+
 class OpenVinoBackend(Backend):
     kind = "openvino"
 
     def __init__(self, path: Path, options: Options, max_batch_size: int) -> None:
         ov = import_openvino()
         import openvino.properties as props
-        import openvino.properties.hint as hints
 
         _require_model(path)
         core = ov.Core()
-        _check_device(ov, core, options.device)
-        hint = options.performance_hint
-        if hint == "auto":
-            hint = "latency" if max_batch_size <= 1 else "throughput"
-        config: dict[str, Any] = {
-            hints.performance_mode: (hints.PerformanceMode.LATENCY if hint == "latency"
-                                     else hints.PerformanceMode.THROUGHPUT)}
-        if options.precision != "auto":
-            config[hints.inference_precision] = {"f32": ov.Type.f32, "bf16": ov.Type.bf16,
-                                                 "f16": ov.Type.f16}[options.precision]
-        threads = options.threads or threadplan.current().cores
-        if options.device == "CPU":
-            config[props.inference_num_threads] = threads
-            config[hints.enable_cpu_pinning] = False
-        if options.streams:
-            config[props.streams.num] = options.streams
-        cache = None
-        if options.cache:
-            cache = cache_folder(options.cache_dir or default_cache_dir(), options.device,
-                                 ov.get_version())
-            if _writable(cache):
-                config[props.cache_dir] = str(cache)
-            else:
-                log.warning("OpenVINO cache %s is not writable; compiling %s uncached",
-                            cache, path.name)
-                cache = None
+        _check_device(core, options.device)
+        config, cache = compile_config(ov, options, max_batch_size, path.name)
         try:
             # From the file, not a read Model: with a cache, a hit then skips reading too.
             self.compiled = core.compile_model(str(path), options.device, config)
@@ -205,8 +212,8 @@ class OpenVinoBackend(Backend):
             raise ArtifactError(f"OpenVINO cannot compile {path} for {options.device}: "
                                 f"{_short(e)}") from None
         c = self.compiled
-        self.inputs = [_spec(ov, p, "input", path) for p in c.inputs]
-        self.outputs = [_spec(ov, p, "output", path) for p in c.outputs]
+        self.inputs = [_spec(p, "input", path) for p in c.inputs]
+        self.outputs = [_spec(p, "output", path) for p in c.outputs]
         self._in_ports = {s.name: p for s, p in zip(self.inputs, c.inputs, strict=True)}
         self._out_ports = [(s.name, p) for s, p in zip(self.outputs, c.outputs, strict=True)]
         static = {s.shape[0] for s in self.inputs if s.shape and s.shape[0] != -1}
@@ -219,18 +226,17 @@ class OpenVinoBackend(Backend):
             backend=self.kind,
             device=",".join(read.get("EXECUTION_DEVICES") or [options.device]),
             details={"openvino": ov.get_version().split("-")[0], "device": options.device,
-                     "hint": read.get("PERFORMANCE_HINT", hint.upper()),
+                     "hint": read.get("PERFORMANCE_HINT"),
                      "precision": read.get("INFERENCE_PRECISION_HINT", options.precision),
-                     "threads": read.get("INFERENCE_NUM_THREADS", threads),
+                     "threads": read.get("INFERENCE_NUM_THREADS"),
                      "streams": read.get("NUM_STREAMS"), "requests": n_requests,
                      "cache_dir": str(cache) if cache else None,
                      "loaded_from_cache": bool(read.get("LOADED_FROM_CACHE", False))},
         )
+        d = self.info.details
         log.info("%s: OpenVINO %s on %s, %s, %s threads, %s streams%s", path.name,
-                 self.info.details["openvino"], self.info.device, self.info.details["hint"],
-                 self.info.details["threads"], self.info.details["streams"],
-                 " (from the compiled-blob cache)" if self.info.details["loaded_from_cache"]
-                 else "")
+                 d["openvino"], self.info.device, d["hint"], d["threads"], d["streams"],
+                 " (from the compiled-blob cache)" if d["loaded_from_cache"] else "")
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows = self._check(feeds)
