@@ -120,6 +120,36 @@ print(json.dumps({{"forks": len(forks),
     assert not (tmp_path / "home" / "intel").exists()
 
 
+@needs_ov
+def test_a_process_that_may_not_map_code_gets_the_systemd_fix(tmp_path: Path) -> None:
+    """The shipped unit's MemoryDenyWriteExecute=yes, emulated with the kernel's own
+    PR_SET_MDWE (Linux 6.3+): OpenVINO's JIT cannot work, and the error says what to do
+    instead of OpenVINO's "can't protect"."""
+    code = f"""
+import ctypes, sys
+if ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0) != 0:  # PR_SET_MDWE
+    print("no-mdwe"); sys.exit(0)
+from pathlib import Path
+from edged.backends import openvino as ovb
+assert not ovb.can_map_code()
+try:
+    ovb.open_backend(Path({str(MODELS / 'cnn-fp32.onnx')!r}),
+                     ovb.Options(cache_dir=Path({str(tmp_path)!r})), 8)
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120).stdout.strip()
+    if out == "no-mdwe":
+        pytest.skip("this kernel has no PR_SET_MDWE (Linux < 6.3)")
+    assert out.startswith("ArtifactError") and "MemoryDenyWriteExecute" in out, out
+    assert "systemd/openvino.conf" in out
+    assert ovb.can_map_code()  # this test process may: the check is not always False
+    dropin = (ROOT / "systemd" / "openvino.conf").read_text()
+    directives = [ln for ln in dropin.splitlines() if ln and not ln.startswith(("#", "["))]
+    assert directives == ["MemoryDenyWriteExecute=no"]
+
+
 # -- agreement with ONNX Runtime ---------------------------------------------------------
 
 @needs_ov

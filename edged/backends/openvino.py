@@ -33,6 +33,7 @@ docs/configuration.md, "backend = openvino"):
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import re
 import sys
@@ -129,6 +130,25 @@ def cache_folder(root: Path, device: str, version: str) -> Path:
     return root / safe
 
 
+def can_map_code() -> bool:
+    """Can this process map memory writable and executable, as OpenVINO's JIT does?
+
+    The shipped systemd unit forbids it (``MemoryDenyWriteExecute=yes``); OpenVINO then
+    fails with "can't protect", which says nothing about why."""
+    try:
+        m = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    except OSError:
+        return False
+    m.close()
+    return True
+
+
+NO_JIT = ("OpenVINO's CPU plugin generates its kernels at run time and needs memory that "
+          "is writable and then executable, which this process may not map (the shipped "
+          "systemd unit sets MemoryDenyWriteExecute=yes): install the drop-in "
+          "systemd/openvino.conf (docs/operations.md)")
+
+
 def _writable(folder: Path) -> bool:
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -204,6 +224,8 @@ class OpenVinoBackend(Backend):
         _require_model(path)
         core = ov.Core()
         _check_device(core, options.device)
+        if options.device.split(":")[0] in ("CPU", *VIRTUAL_DEVICES) and not can_map_code():
+            raise ArtifactError(f"{path}: {NO_JIT}")
         config, cache = compile_config(ov, options, max_batch_size, path.name)
         try:
             # From the file, not a read Model: with a cache, a hit then skips reading too.
