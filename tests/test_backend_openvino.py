@@ -265,6 +265,8 @@ def test_inputs_are_not_modified_and_outputs_are_owned(tmp_path: Path) -> None:
     be = open_ov(MODELS / "cnn-fp32.onnx", tmp_path, max_batch=1)
     x = X[:1].copy()
     first = be.run({"input": x})["logits"]
+    # The request read the caller's array in place (no copy on the way in).
+    assert np.shares_memory(be._requests[0].get_input_tensor(0).data, x)
     kept = first.copy()
     be.run({"input": X[1:2].copy()})
     np.testing.assert_array_equal(first, kept)
