@@ -44,7 +44,15 @@ from typing import Any
 import numpy as np
 
 from edged import threadplan
-from edged.backends.base import Backend, BackendInfo, BackendOptions, TensorSpec, require_file
+from edged.backends.base import (
+    Backend,
+    BackendInfo,
+    BackendOptions,
+    TensorSpec,
+    require_file,
+    run_batch,
+    zero_feeds,
+)
 from edged.errors import ArtifactError, InvalidArgument
 from edged.schema import Table, non_negative
 
@@ -303,6 +311,12 @@ class OpenVinoBackend(Backend):
         if n < 1:
             raise InvalidArgument("openvino: an empty batch (0 rows)")
         return n
+
+    def warmup(self, batch_size: int = 1) -> None:
+        """Run every infer request once (each pays its own lazy init on its first run),
+        with one row each unless asked for more."""
+        rows = batch_size if self.batch_sizes else max(batch_size, len(self._requests))
+        run_batch(self, zero_feeds(self.inputs, rows))
 
     def close(self) -> None:
         self._requests = []
