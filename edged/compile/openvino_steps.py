@@ -19,49 +19,42 @@ Validation, timing and the ladder are the pipeline's, as for every other step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from edged.backends.sidecar import sha256_file, write_sidecar
+from edged.compile.context import Context, StepSkipped
+
 STEP = "openvino"
+OV_TOOLS = ("openvino", "onnx")
 
 
-class Unavailable(Exception):
-    """OpenVINO is not installed or not usable here: the step is skipped, not failed."""
-
-
-def build(src: Path, out: Path, name: str, meta: Callable[[str], dict[str, Any]],
-          say: Callable[[str], None]) -> list[Path]:
-    """Write the fp32 rung and, when the int8 step's QDQ model is in ``out``, the int8
-    one. ``meta(precision)`` gives the sidecar's common fields (source, I/O, ...)."""
-    from edged.backends.sidecar import sha256_file, write_sidecar
-    from edged.compile.modelinfo import tool_versions
-
+def build(ctx: Context) -> list[Path]:
+    """Write the fp32 rung and, when the int8 step's QDQ model is in ``ctx.out``, the
+    int8 one."""
     ov = _openvino()
-    made: list[Path] = []
-    qdq = out / f"{name}-int8.onnx"
-    jobs = [("fp32", src)]
+    qdq = ctx.out / f"{ctx.name}-int8.onnx"
+    jobs = [("fp32", ctx.src)]
     if qdq.is_file():
         jobs.append(("int8", qdq))
     else:
-        say(f"openvino int8: skipped — no {qdq.name} in {out} (the int8 step writes it: "
-            "--steps int8,openvino)")
+        ctx.say(f"openvino int8: skipped — no {qdq.name} in {ctx.out} (the int8 step writes "
+                "it: --steps int8,openvino)")
+    made: list[Path] = []
     for precision, model in jobs:
-        xml = out / f"{name}-ov-{precision}.xml"
+        xml = ctx.out / f"{ctx.name}-ov-{precision}.xml"
         _save_ir(ov, model, xml)
-        doc = meta(precision)
-        doc.update(
-            name=xml.stem, backend="openvino", step=STEP, batch_sizes=None,
+        meta = ctx.base_meta("openvino", precision, STEP, OV_TOOLS)
+        meta.update(
+            name=xml.stem, batch_sizes=None, options={"precision": "f32"},
             target={"kind": "openvino", "device": "CPU", "from": model.name,
                     "weights": "fp32 (not compressed)" if precision == "fp32"
                     else "int8 from the QDQ model"},
-            options={"precision": "f32"},
-            tools=tool_versions("openvino", "onnx"),
             files={"bin": {"path": xml.with_suffix(".bin").name,
                            "sha256": sha256_file(xml.with_suffix(".bin"))}},
             sha256=sha256_file(xml),
         )
-        write_sidecar(xml, doc)
+        write_sidecar(xml, meta)
         made.append(xml)
     return made
 
@@ -72,8 +65,8 @@ def _openvino() -> Any:
 
     try:
         return import_openvino()
-    except ArtifactError as e:
-        raise Unavailable(str(e)) from None
+    except ArtifactError as e:  # not installed: skipped with the pip command, not failed
+        raise StepSkipped(str(e)) from None
 
 
 def _save_ir(ov: Any, model: Path, xml: Path) -> None:
