@@ -434,6 +434,60 @@ dwell_s = 0.3
     assert sum(r[3] for r in replies) / len(replies) > 0.9  # correct digits throughout
 
 
+@needs_ov
+def test_daemon_serves_the_person_detector_on_openvino(make_daemon: Any, tmp_path: Path) -> None:
+    """Detections through the daemon's SSD head from OpenVINO, whose outputs have
+    dynamic shapes ([-1, -1, -1] where ORT says [N, 100, 4]), match ORT's variant."""
+    from test_person_model import TRUE_BOX, iou, photo
+
+    cfg = tmp_path / "person.toml"
+    variants = "".join(f"""
+[[models.variants]]
+name = "{name}"
+backend = "{backend}"
+path = "{PERSON / 'ssdlite-fp32.onnx'}"
+[models.variants.options]
+threads = 1
+{'cache_dir = "' + str(tmp_path / 'ov-cache') + '"' if backend == 'openvino' else ''}
+""" for name, backend in (("ov-fp32", "openvino"), ("ort-fp32", "onnxruntime")))
+    cfg.write_text(f"""
+[server]
+drain_timeout_s = 5.0
+[metrics]
+listen = "off"
+[[models]]
+name = "person"
+max_batch_size = 2
+[models.preprocess]
+color = "rgb"
+width = 300
+height = 300
+layout = "NHWC"
+dtype = "uint8"
+[models.postprocess]
+kind = "detect"
+decoder = "ssd"
+resize = "stretch"
+label_offset = 1
+labels = ["person"]
+conf = 0.5
+{variants}
+""")
+    d = make_daemon(cfg)
+    frames = {n: photo(n)[0] for n in sorted(TRUE_BOX)}
+    got: dict[str, dict[str, Any]] = {}
+    for variant in ("ov-fp32", "ort-fp32"):
+        assert d.ctl({"op": "swap", "model": "person", "variant": variant})["status"] == "OK"
+        with d.client(timeout_s=60) as c:
+            got[variant] = {n: c.infer("person", f) for n, f in frames.items()}
+    for n in frames:
+        ov, ort = got["ov-fp32"][n], got["ort-fp32"][n]
+        assert ov.ok and ov.header["variant"] == "ov-fp32"
+        assert len(ov.detections) == len(ort.detections) == 1, (n, ov.detections.rows)
+        np.testing.assert_allclose(ov.detections.rows, ort.detections.rows, atol=1e-2)
+        assert iou(tuple(ov.detections.boxes[0]), TRUE_BOX[n]) >= 0.8
+
+
 # -- footprint ---------------------------------------------------------------------------------
 
 def test_a_daemon_without_openvino_variants_never_imports_it(make_daemon: Any,
