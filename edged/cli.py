@@ -336,6 +336,8 @@ def format_status(r: dict[str, Any]) -> str:
                      f"{m['backend'] or '-':<12}{q:>10}{m.get('served', 0):>9}{p50:>9}{p99:>9}")
         if m.get("error"):
             lines.append(f"  error: {m['error']}")
+        if m.get("backend") == "openvino" and m.get("runtime"):
+            lines.append(_openvino_line(m["runtime"]))
         ladder = " > ".join(f"[{v}]" if v == m["active_variant"] else v for v in m["variants"])
         lines.append(f"  ladder: {ladder}")
         streams = m.get("streams") or {}
@@ -359,6 +361,14 @@ def format_status(r: dict[str, Any]) -> str:
     if r.get("last_reload"):
         lines.append(f"last reload: {json.dumps(r['last_reload'])}")
     return "\n".join(lines)
+
+
+def _openvino_line(rt: dict[str, Any]) -> str:
+    """Version, device, hint, threads: what decides an OpenVINO variant's speed."""
+    cache = "from cache" if rt.get("loaded_from_cache") else "compiled at load"
+    return (f"  openvino {rt.get('openvino')} on {rt.get('device')}: {rt.get('hint')}, "
+            f"{rt.get('threads')} threads, {rt.get('streams')} streams, "
+            f"{rt.get('precision')}, {cache}")
 
 
 def _format_governor(g: dict[str, Any]) -> list[str]:

@@ -641,6 +641,7 @@ class Model:
             "active_variant": a.config.name if a else None,
             "backend": a.config.backend if a else None,
             "device": a.backend.info.device if a else None,
+            "runtime": a.backend.info.details if a else None,  # version, threads, ...
             "max_batch_size": self.cfg.max_batch_size,
             "batch_cap": a.batch_cap if a else None,
             "max_queue": self.cfg.max_queue,

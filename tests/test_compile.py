@@ -87,7 +87,7 @@ def test_variants_toml_is_a_ladder(compiled) -> None:
     text = (out / "variants.toml").read_text()
     doc = tomllib.loads(text)
     variants = doc["models"]["variants"]
-    assert {v["backend"] for v in variants} <= {"onnxruntime", "tvm", "tensorrt"}
+    assert {v["backend"] for v in variants} <= {"onnxruntime", "openvino", "tvm", "tensorrt"}
     names = {v["name"] for v in variants}
     # An fp32 rung heads the ladder: the original or its graph-optimized copy, whichever
     # measured faster in this run (timing decides which, so either is right).
@@ -311,7 +311,7 @@ max_batch_size = 4
     backends = {v["name"]: v["backend"] for v in
                 tomllib.loads(cfg.read_text())["models"][0]["variants"]}
     assert "tvm" in backends.values() and any("int8" in n for n in served), served
-    d = Daemon(cfg, out)
+    d = Daemon(cfg, out, env={"XDG_CACHE_HOME": str(out / "cache")})  # OpenVINO's blobs
     try:
         with np.load(DIGITS / "validation.npz") as z:
             x = (z["x"][:32].astype(np.float32) / 255.0)[:, None]

@@ -15,6 +15,7 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "onnxruntime": ("edged.backends.onnxruntime", "edged (core)"),
     "tvm": ("edged.backends.tvm", "edged[tvm]"),
     "tensorrt": ("edged.backends.tensorrt", "edged[tensorrt]"),
+    "openvino": ("edged.backends.openvino", "edged[openvino]"),
     "null": ("edged.backends.null", "edged (core)"),  # computes nothing: for tests
 }
 

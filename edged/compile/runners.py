@@ -17,6 +17,8 @@ def open_variant(backend: str, path: Path, threads: int | None, max_batch: int) 
     """Load ``path`` with ``backend``'s module and options for ``threads`` CPU threads."""
     mod = backend_module(backend)
     kwargs: dict[str, Any] = {}
-    if threads and backend in ("onnxruntime", "tvm"):
+    if threads and backend in ("onnxruntime", "tvm", "openvino"):
         kwargs["threads"] = threads
+    if backend == "openvino":
+        kwargs["cache"] = False  # measured once here; the daemon keeps its own cache
     return mod.open_backend(Path(path), mod.Options(**kwargs), max_batch)

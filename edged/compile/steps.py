@@ -44,6 +44,8 @@ STEPS: tuple[Step, ...] = (
          "static QDQ INT8, calibrated", needs_calibration=True),
     Step("dynamic-int8", "edged.compile.ort_steps:build_int8_dynamic",
          "INT8 weights, activations quantized at run time"),
+    Step("openvino", "edged.compile.openvino_steps:build",
+         "OpenVINO IR, fp32 and INT8 (from the int8 step's QDQ model)"),
     Step("tvm", "edged.compile.tvm_steps:build", "TVM Relax libraries (.so)"),
     Step("tensorrt", "edged.compile.tensorrt_plans:build_step",
          "TensorRT plans for this GPU (fp32, fp16, int8)"),

@@ -1,0 +1,115 @@
+"""`edged compile --steps openvino`: OpenVINO IR rungs in fp32 and INT8, validated, timed
+and put on the ladder by the same rule as every other rung (real OpenVINO, real ORT)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import MODELS, ROOT
+
+pytest.importorskip("onnx")
+
+from edged.backends.sidecar import read_sidecar
+from edged.compile import cli
+from edged.golden import read_golden
+
+needs_ov = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
+                              reason="OpenVINO is not installed (pip install 'edged[openvino]')")
+FAST = ["--bench-runs", "3", "--max-batch", "4", "--threads", "2", "--no-progress"]
+DET = ROOT / "models" / "digits-det"
+
+
+@pytest.fixture(scope="module")
+def val64(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    with np.load(MODELS / "validation.npz") as z:
+        x, y = z["x"][:64], z["y"][:64]
+    p = tmp_path_factory.mktemp("val") / "val64.npz"
+    np.savez(p, x=x, y=y)
+    shutil.copy(MODELS / "model.json", p.parent / "model.json")
+    return p
+
+
+@needs_ov
+def test_fp32_and_int8_rungs_are_built_validated_timed_and_laddered(
+        tmp_path: Path, val64: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    rc = cli.main([str(MODELS / "cnn-fp32.onnx"), "--out", str(out), "--val", str(val64),
+                   "--name", "digits", "--steps", "int8,openvino", "--relative-to", str(out),
+                   *FAST])
+    log = capsys.readouterr().out
+    assert rc == 0, log
+    assert "openvino: built digits-ov-fp32.xml, digits-ov-int8.xml" in log
+    for precision in ("fp32", "int8"):
+        xml = out / f"digits-ov-{precision}.xml"
+        assert xml.with_suffix(".bin").is_file()
+        meta = read_sidecar(xml)
+        assert meta is not None and meta["backend"] == "openvino" and meta["step"] == "openvino"
+        assert meta["precision"] == precision and meta["tools"]["openvino"]
+        assert meta["options"] == {"precision": "f32"}
+        assert meta["validation"]["passed"] and meta["validation"]["samples"] == 64
+        assert meta["speed"]["latency_ms_p50"] > 0 and meta["speed"]["throughput_per_s"] > 0
+        g = read_golden(xml)  # OpenVINO's own outputs, never ORT's int8 golden
+        assert g is not None and g.precision == precision
+    fp32 = read_sidecar(out / "digits-ov-fp32.xml")
+    assert fp32["validation"]["agreement_pct"] == 100.0
+    assert fp32["validation"]["max_abs_diff"] < 1e-3  # f32, not the plugin's bf16 default
+    assert "digits-ov-int8.xml: ok:" in log
+    text = (out / "variants.toml").read_text()
+    # On the ladder or commented out with the reason; timing decides which, not this test.
+    assert 'name = "digits-ov-fp32"' in text and 'name = "digits-ov-int8"' in text
+    assert 'backend = "openvino"' in text
+    for v in tomllib.loads(text)["models"]["variants"]:
+        assert (out / v["path"]).exists(), v
+        if v["backend"] == "openvino":
+            assert v["options"] == {"precision": "f32"} and v["path"].endswith(".xml")
+
+
+@needs_ov
+def test_openvino_alone_builds_fp32_and_says_why_not_int8(
+        tmp_path: Path, val64: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main([str(MODELS / "cnn-fp32.onnx"), "--out", str(tmp_path), "--val", str(val64),
+                   "--name", "digits", "--steps", "openvino", *FAST])
+    log = capsys.readouterr().out
+    assert rc == 0, log
+    assert (tmp_path / "digits-ov-fp32.xml").is_file()
+    assert not (tmp_path / "digits-ov-int8.xml").exists()
+    assert "openvino int8: skipped — no digits-int8.onnx" in log and "--steps int8,openvino" in log
+
+
+@needs_ov
+def test_detector_rungs_are_validated_by_map(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The trained digit detector: the int8 rung comes from its shipped QDQ model."""
+    shutil.copy(DET / "det-int8.onnx", tmp_path / "det-int8.onnx")
+    post = tmp_path / "post.toml"
+    post.write_text('[postprocess]\nkind = "detect"\ndecoder = "yolov8"\nconf = 0.001\n'
+                    f'labels = {[str(i) for i in range(10)]!r}\n'.replace("'", '"'))
+    rc = cli.main([str(DET / "det-fp32.onnx"), "--out", str(tmp_path), "--steps", "openvino",
+                   "--val", str(DET / "val.npz"), "--postprocess", str(post), *FAST])
+    log = capsys.readouterr().out
+    assert rc == 0, log
+    for precision in ("fp32", "int8"):
+        v = read_sidecar(tmp_path / f"det-ov-{precision}.xml")["validation"]
+        assert v["passed"] and v["map50_pct"] > 85.0, v
+    fp32 = read_sidecar(tmp_path / "det-ov-fp32.xml")["validation"]
+    assert abs(fp32["drop_pct"]) < 0.1  # fp32 OpenVINO finds what ORT finds
+
+
+def test_without_openvino_the_step_is_skipped_with_the_extra_named(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['openvino'] = None\n"
+            "from edged.compile import cli\n"
+            f"sys.exit(cli.main([{str(MODELS / 'cnn-fp32.onnx')!r}, '--out', "
+            f"{str(tmp_path)!r}, '--steps', 'openvino', '--bench-runs', '2', "
+            "'--no-progress']))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert "openvino: skipped — OpenVINO is not installed" in r.stdout, r.stdout + r.stderr
+    assert "pip install 'edged[openvino]'" in r.stdout
+    assert r.returncode == 1  # the only step asked for could not run
