@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edged.compile import modeljson
+from edged import modeljson
 from edged.compile.context import Context
 from edged.compile.data import Dataset, Preprocess, load_dataset
 from edged.compile.steps import find as find_step
