@@ -76,6 +76,30 @@ path = "{tmp_path / 'nope.onnx'}"
     assert "load failed model=digits variant=wrong" in d.log()
 
 
+def test_swap_on_a_model_that_is_not_ready_says_so(make_daemon: Any, tmp_path: Path) -> None:
+    # A second model whose first rung is missing fails its load; its second rung is fine.
+    cfg = digits_config(tmp_path, variants=("cnn-fp32",), extra_models=f"""
+[[models]]
+name = "broken"
+[[models.variants]]
+name = "gone"
+backend = "onnxruntime"
+path = "{tmp_path / 'gone.onnx'}"
+[[models.variants]]
+name = "good"
+backend = "onnxruntime"
+path = "{MODELS / 'cnn-int8.onnx'}"
+""")
+    d = make_daemon(cfg)
+    r = d.ctl({"op": "swap", "model": "broken", "variant": "good"})
+    assert r["status"] == "UNAVAILABLE", r
+    assert r["error"].startswith("model 'broken' is failed: ") and "gone.onnx" in r["error"], r
+    assert "None" not in r["error"]
+    m = d.ctl({"op": "models"})["models"]
+    assert {x["name"]: x["state"] for x in m} == {"digits": "ready", "broken": "failed"}
+    assert d.ctl({"op": "swap", "model": "digits", "variant": "cnn-fp32"})["status"] == "OK"
+
+
 def test_energy_is_attributed_from_measured_power(make_daemon: Any, tmp_path: Path) -> None:
     root = tmp_path / "sysroot"
     make_thermal_zone(root, 0, "cpu-thermal", 40000)

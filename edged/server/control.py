@@ -115,6 +115,7 @@ class Control:
     async def _swap(self, msg: dict[str, Any]) -> dict[str, Any]:
         m = self.state.registry.get(_str_arg(msg, "model"))
         variant = _str_arg(msg, "variant")
+        m.check_ready()  # a model that is loading, failed or unloaded has nothing to swap
         pin = await self.governing.pin_variant(m, variant)
         failed = pin.pop("swap_failed")
         want = m.variant_names[self.governing.index_for(m)]
