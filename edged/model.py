@@ -1,11 +1,13 @@
 """One served model, a thin owner: prepare -> Prepared, submit, swap_to, drain, describe.
 
 The parts are elsewhere, each with one job: the batcher forms batches
-(``edged.batcher``), the live variant and its hot swap are ``variants.LiveVariant``,
-the request contract is ``inputs.InputContract``, and what happens to the outputs is
-the model's *head* (``edged.heads``: plain tensors, or ``edged.detect.head`` for a
-detector), chosen at load from the config like a backend. The server talks to a model
-only through the methods here; the batcher and the loaded backend are its own business.
+(``edged.batcher``), the live variant and its hot swap are ``variants.LiveVariant``
+(checked before going live by ``edged.verify``), the request contract is
+``inputs.InputContract``, stream limits ``streams.StreamAdmission``, and what happens
+to the outputs is the model's *head* (``edged.heads``: plain tensors, or
+``edged.detect.head`` for a detector), chosen at load from the config like a backend.
+The server talks to a model only through the methods here; the batcher and the loaded
+backend are its own business.
 """
 
 from __future__ import annotations
