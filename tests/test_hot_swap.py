@@ -83,7 +83,8 @@ def test_swap_on_a_model_that_is_not_ready_says_so(make_daemon: Any, tmp_path: P
     r = d.ctl({"op": "swap", "model": "broken", "variant": "good"})
     assert r["status"] == "UNAVAILABLE", r
     assert r["error"].startswith("model 'broken' is failed: ") and "gone.onnx" in r["error"], r
-    assert "None" not in r["error"]
+    assert r["error"].endswith("; the pin applies when it loads") and "None" not in r["error"]
+    assert r["pin"]["variant"] == "good"  # the operator's choice holds for the next load
     m = d.ctl({"op": "models"})["models"]
     assert {x["name"]: x["state"] for x in m} == {"digits": "ready", "broken": "failed"}
     assert d.ctl({"op": "swap", "model": "digits", "variant": "cnn-fp32"})["status"] == "OK"
