@@ -47,7 +47,8 @@ class Result:
     detections: np.ndarray | None = None
 
 
-Respond = Callable[["Pending", "Result | EdgedError"], None]
+#: called once per request with its outcome (the caller binds what it needs to reply)
+Respond = Callable[["Result | EdgedError"], None]
 
 
 @dataclass(eq=False)
@@ -228,7 +229,7 @@ class Batcher:
         if p.stream is not None and self._streams.get(p.stream) is p:
             del self._streams[p.stream]
         try:
-            p.respond(p, outcome)
+            p.respond(outcome)
         except Exception:  # a reply that cannot be sent must not stop the worker
             log.exception("sending a reply failed")
 

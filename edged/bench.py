@@ -317,7 +317,7 @@ def raw_pipeline(config: Path, model: str, header: dict[str, Any], frames: list[
     if mc.postprocess is not None:
         from types import SimpleNamespace
 
-        from edged.detect.serving import DetectJob, build_postprocessor, detect_batch, fit_frame
+        from edged.detect.head import DetectJob, build_postprocessor, detect_batch, fit_frame
 
         specs = SimpleNamespace(inputs=[_spec(a) for a in sess.get_inputs()],
                                 outputs=[_spec(a) for a in sess.get_outputs()])

@@ -153,7 +153,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from edged.config import load_config
     from edged.errors import ConfigError
-    from edged.variants import load_variant
+    from edged.heads import open_head
+    from edged.metrics import Metrics
+    from edged.preprocess import Preprocessor
+    from edged.variants import open_with_head
 
     try:
         cfg = load_config(args.config)
@@ -163,26 +166,20 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"  - {p}")
         return 1
     problems = 0
+    metrics = Metrics()  # the heads' series; nothing is exported
     for m in cfg.models:
-        for v in m.variants:
+        head = open_head(m, metrics, Preprocessor(m.preprocess) if m.preprocess else None)
+        for i, v in enumerate(m.variants):
             try:
-                backend, secs = load_variant(v, m.max_batch_size)
-                if m.postprocess is not None and m.preprocess is not None:
-                    from edged.detect.serving import build_postprocessor
-
-                    try:
-                        build_postprocessor(m.postprocess, m.preprocess, backend, v.path,
-                                            m.preprocess.input)
-                    except Exception:
-                        backend.close()
-                        raise
+                loaded = open_with_head(m, i, head)
             except Exception as e:
                 problems += 1
                 print(f"FAIL {m.name}/{v.name} ({v.backend}, {v.path}): {e}")
                 continue
+            backend = loaded.backend
             ins = ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in backend.inputs)
             print(f"ok   {m.name}/{v.name} ({v.backend} on {backend.info.device}) "
-                  f"loaded+warmed in {secs * 1000:.0f} ms; inputs: {ins}")
+                  f"loaded+warmed in {loaded.load_s * 1000:.0f} ms; inputs: {ins}")
             backend.close()
     if problems:
         print(f"{problems} artifact(s) failed to load")

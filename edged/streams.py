@@ -16,10 +16,13 @@ Runs on the event loop only (no locks).
 from __future__ import annotations
 
 import heapq
+import time
 from collections import OrderedDict
 from typing import Any
 
-from edged.errors import Dropped
+from edged.batcher import Pending, Result
+from edged.errors import Dropped, EdgedError
+from edged.metrics import Metrics
 
 #: counter names, in the order status prints them
 OUTCOMES = ("received", "served", "dropped_stale", "dropped_rate")
@@ -86,3 +89,47 @@ class StreamTable:
         """The ``n`` streams with the most frames received (for ``edged status``)."""
         return [e.to_json() for e in heapq.nlargest(n, self._entries.values(),
                                                     key=lambda e: e.received)]
+
+
+class StreamAdmission:
+    """One model's streams at the door: count each frame, apply the rate limit (the
+    model's ``max_stream_fps`` and the request's own, whichever is lower), and count
+    how each admitted frame ends (served, or replaced by a newer one)."""
+
+    def __init__(self, model: str, metrics: Metrics, max_streams: int, idle_s: float,
+                 max_fps: float | None) -> None:
+        self.table = StreamTable(max_streams, idle_s)
+        self.max_fps = max_fps or None
+        self._m = {o: metrics.stream_frames.labels(model, o) for o in OUTCOMES}
+        self._m_tracked = metrics.streams_tracked.labels(model)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def admit(self, p: Pending) -> None:
+        """Admit ``p`` (it has a stream) or raise Dropped; wraps its ``respond``."""
+        assert p.stream is not None
+        fps = self.max_fps
+        if p.max_fps:
+            fps = min(fps, p.max_fps) if fps else p.max_fps
+        m = self._m
+        m["received"].inc()
+        try:
+            entry = self.table.admit(p.stream, time.monotonic(), fps)
+        except Dropped:
+            m["dropped_rate"].inc()
+            raise
+        finally:
+            self._m_tracked.set(len(self.table))
+        respond = p.respond
+
+        def counted(outcome: Result | EdgedError) -> None:
+            if isinstance(outcome, Result):
+                entry.served += 1
+                m["served"].inc()
+            elif isinstance(outcome, Dropped):  # a newer frame of the stream replaced it
+                entry.dropped_stale += 1
+                m["dropped_stale"].inc()
+            respond(outcome)
+
+        p.respond = counted

@@ -1,25 +1,44 @@
-"""Opening one variant of a model: load, warm, profile, and check it before it serves.
+"""A model's variants: open, warm, profile and check one before it serves; hot swap.
 
 Why apart from the model: a variant is opened at start, on a governor or operator
 swap and on reload, always the same way, and always on a thread (it blocks for as
 long as the runtime takes). The model decides *when*; this module knows *how*.
+
+A swap (``LiveVariant.swap_to``) loads and warms the new variant *beside* the old
+one, checks it, then switches the pointer the worker reads per batch. The old variant
+is closed on the model's worker thread *after* whatever batch it is computing, so a
+request always finishes on the variant that took it and none fails because of a swap.
+When memory is too tight to hold both, the batcher is paused (requests keep
+queueing), the old variant is closed, the new one loaded, and batching resumes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import psutil
 
 from edged.backends import backend_module
 from edged.backends.base import Backend, TensorSpec, run_batch, zero_feeds
-from edged.config import VariantConfig
-from edged.errors import ArtifactError
+from edged.batcher import Batcher
+from edged.config import ModelConfig, VariantConfig
+from edged.errors import ArtifactError, EdgedError
+from edged.heads import Head
+from edged.inputs import InputContract
+from edged.metrics import Metrics
+from edged.verify.compare import VerifyRefused
+from edged.verify.verifier import Opened, Reference, Verifier
 
 log = logging.getLogger("edged.variants")
+#: a model's load and swap events keep the logger name operators filter the journal on
+model_log = logging.getLogger("edged.model")
 
 
 @dataclass
@@ -31,7 +50,8 @@ class Loaded:
     backend: Backend
     load_s: float
     batch_cap: int | None = None  # from auto_batch profiling; None = max_batch_size
-    #: a detector variant's post-processor (edged.detect), built at load
+    #: what the model's head keeps for this variant: a detector's post-processor (the
+    #: tensor head keeps nothing)
     post: Any = None
 
 
@@ -49,6 +69,20 @@ def open_variant(model: str, index: int, v: VariantConfig, max_batch_size: int,
         log.info("auto_batch model=%s variant=%s rows_per_s=%s batch_cap=%d", model, v.name,
                  ",".join(f"{b}:{r:.0f}" for b, r in rates.items()), cap)
     return Loaded(index, v, backend, secs, cap)
+
+
+def open_with_head(cfg: ModelConfig, index: int, head: Head) -> Loaded:
+    """Variant ``index`` of a model, opened as the daemon serves it: loaded, warmed,
+    profiled, with its head's part (a detector's post-processor); blocking. ``edged
+    check`` opens every variant this way, so what it passes the daemon can load."""
+    loaded = open_variant(cfg.name, index, cfg.variants[index], cfg.max_batch_size,
+                          cfg.auto_batch)
+    try:
+        loaded.post = head.for_variant(loaded.config, loaded.backend)
+    except Exception:
+        loaded.backend.close()
+        raise
+    return loaded
 
 
 def load_variant(v: VariantConfig, max_batch_size: int) -> tuple[Backend, float]:
@@ -97,6 +131,226 @@ def profile_batch_sizes(backend: Backend, max_batch_size: int,
     best = max(rates.values())
     chosen = min(b for b, r in rates.items() if r >= 0.95 * best)
     return chosen, rates
+
+
+class LiveVariant:
+    """Which variant of one model serves, and how that changes: first load, swap, close.
+
+    The model decides *when* (start, governor, operator, reload); this knows *how*.
+    ``loaded`` is the pointer the model's worker reads once per batch. No variant goes
+    live unchecked: a candidate is compared with the model's reference variant on this
+    device (``edged.verify``) before a load, swap or reload puts it live."""
+
+    def __init__(self, cfg: ModelConfig, metrics: Metrics, head: Head, verifier: Verifier,
+                 batcher: Batcher, worker: Executor, headroom_bytes: int) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.metrics = metrics
+        self.head = head
+        self.verifier = verifier
+        self.batcher = batcher
+        self.worker = worker  # the model's one worker thread: closes run after its batch
+        self.headroom_bytes = headroom_bytes
+        self.loaded: Loaded | None = None
+        self.state = "loading"  # loading -> ready | failed; unloaded after close
+        self.error: str | None = None
+        self.target: int | None = None  # the ladder index a swap is loading
+        self.last_swap: dict[str, Any] | None = None
+        #: what the first variant promised clients; every later one must match it
+        self.contract: InputContract | None = None
+        self._lock = asyncio.Lock()
+        self._warming: Any = None  # the background job caching the reference's results
+        metrics.model_ready.labels(self.name).set(0)
+
+    async def load(self, index: int, bind: Callable[[Loaded], InputContract]) -> None:
+        """Open variant ``index`` as the first active one; ``bind`` makes the model's
+        contract from it (and may refuse it).
+
+        A variant other than the reference is checked against it first (the reference
+        is opened for that and closed again); one that fails the check is not served:
+        the reference is loaded instead."""
+        try:
+            loaded = await self._load_checked(index)
+        except VerifyRefused:
+            if index == self.verifier.reference_index:
+                raise
+            loaded = await self._load_checked(self.verifier.reference_index)
+        try:
+            self.contract = bind(loaded)
+        except Exception as e:
+            loaded.backend.close()
+            self._load_failed(loaded.config, e)
+            raise
+        self._activate(loaded)
+        self.state, self.error = "ready", None
+        self.metrics.model_ready.labels(self.name).set(1)
+        if loaded.index == self.verifier.reference_index and len(self.cfg.variants) > 1:
+            # Cache the reference's results on the other rungs' check inputs, so that a
+            # swap later need not open the reference again (it may not be active then).
+            self._warming = asyncio.get_running_loop().run_in_executor(
+                None, self.verifier.warm, self._check_spec(), self._with_reference)
+
+    async def swap_to(self, index: int, reason: str) -> bool:
+        """Make variant ``index`` active; on any failure stay on the current one.
+
+        Both variants are held while the new one loads when available memory exceeds
+        twice the new artifact's size plus ``swap_memory_headroom_mb``; otherwise the
+        swap drains first (requests wait in the queue, none fails)."""
+        async with self._lock:
+            cur = self.loaded
+            if cur is None or cur.index == index or self.state != "ready":
+                return False
+            v = self.cfg.variants[index]
+            self.target = index
+            t0 = time.perf_counter()
+            try:
+                ref = await asyncio.to_thread(self._reference_for, index)
+                size = v.path.stat().st_size if v.path.exists() else 0
+                tight = psutil.virtual_memory().available < 2 * size + self.headroom_bytes
+                if tight:
+                    await self._swap_drained(cur, index, ref)
+                else:
+                    self._activate(await asyncio.to_thread(self._open_checked, index, ref))
+                    # Runs on the worker thread after the batch in flight (if any).
+                    self.worker.submit(cur.backend.close)
+            except Exception as e:
+                self._load_failed(v, e)
+                self.last_swap = {"to": v.name, "reason": reason, "ok": False,
+                                  "error": str(e), "at": time.time()}
+                return False
+            finally:
+                self.target = None
+            ms = (time.perf_counter() - t0) * 1000
+            self.metrics.swaps.labels(self.name, cur.config.name, v.name,
+                                      _reason_label(reason)).inc()
+            self.last_swap = {"from": cur.config.name, "to": v.name, "reason": reason, "ok": True,
+                              "ms": round(ms, 1), "drained": tight, "at": time.time()}
+            model_log.info("variant swap model=%s from=%s to=%s reason=%r drained=%s "
+                           "swap_ms=%.0f", self.name, cur.config.name, v.name, reason, tight, ms)
+            return True
+
+    async def close(self) -> None:
+        """Unload (the batcher is stopped first); the backend closes on the worker."""
+        a, self.loaded = self.loaded, None
+        self.state = "unloaded"
+        self.metrics.model_ready.labels(self.name).set(0)
+        if a is not None:
+            await asyncio.get_running_loop().run_in_executor(self.worker, a.backend.close)
+
+    async def _load_checked(self, index: int) -> Loaded:
+        v = self.cfg.variants[index]
+        try:
+            ref = await asyncio.to_thread(self._reference_for, index)
+            if ref is None:
+                return await asyncio.to_thread(self._open, index)
+            return await asyncio.to_thread(self._open_checked, index, ref)
+        except Exception as e:
+            self._load_failed(v, e)
+            raise
+
+    def _open(self, index: int) -> Loaded:
+        return open_with_head(self.cfg, index, self.head)
+
+    def _reference_for(self, index: int) -> Reference | None:
+        """The reference's results on variant ``index``'s check inputs (None: the
+        variant is the reference, or marked ``verify = false``). Blocking."""
+        if self.verifier.trusted(index):
+            return None
+        try:
+            return self.verifier.reference(index, self._check_spec(), self._with_reference)
+        except VerifyRefused as e:
+            self._refused(self.cfg.variants[index].name, e)
+            raise
+
+    def _with_reference(self, job: Callable[[Opened], Reference]) -> Reference:
+        """Run ``job`` with the reference variant: the active one on the worker thread
+        (between batches), else a copy opened for the purpose. Not on the worker."""
+        ref_index = self.verifier.reference_index
+        cur = self.loaded
+        if cur is not None and cur.index == ref_index:
+            return self.worker.submit(job, cur).result()
+        loaded = self._open(ref_index)
+        try:
+            return job(loaded)
+        finally:
+            loaded.backend.close()
+
+    def _check_spec(self) -> TensorSpec | None:
+        """The input validation frames are made for (the preprocessed one)."""
+        c = self.contract
+        if c is None:
+            return None
+        want = c.image_input or (c.inputs[0].name if len(c.inputs) == 1 else None)
+        return next((s for s in c.inputs if s.name == want), None)
+
+    def _open_checked(self, index: int, ref: Reference | None) -> Loaded:
+        loaded = self._open(index)
+        v = loaded.config.name
+        c = self.contract
+        check_candidate(loaded.config, loaded.backend,
+                        c.inputs if c else list(loaded.backend.inputs),
+                        c.outputs if c else list(loaded.backend.outputs))
+        if ref is None:  # the reference itself, or marked verify = false
+            if index == self.verifier.reference_index:
+                return loaded
+            self.metrics.variant_checks.labels(self.name, v, "unverified").inc()
+            model_log.warning("unverified variant goes live model=%s variant=%s "
+                              "(verify = false)", self.name, v)
+            return loaded
+        try:
+            checked = self.verifier.check(loaded, ref)
+        except Exception as e:
+            loaded.backend.close()
+            if isinstance(e, VerifyRefused):
+                self._refused(v, e)
+            raise
+        self.metrics.variant_checks.labels(self.name, v, "ok").inc()
+        model_log.info("verify ok model=%s variant=%s %s", self.name, v, checked)
+        return loaded
+
+    def _refused(self, variant: str, e: Exception) -> None:
+        self.metrics.variant_checks.labels(self.name, variant, "refused").inc()
+        model_log.error("verify failed: variant refused model=%s variant=%s: %s", self.name,
+                        variant, e)
+
+    async def _swap_drained(self, cur: Loaded, index: int, ref: Reference | None) -> None:
+        self.batcher.pause()
+        try:
+            await self.batcher.idle()
+            await asyncio.get_running_loop().run_in_executor(self.worker, cur.backend.close)
+            try:
+                loaded = await asyncio.to_thread(self._open_checked, index, ref)
+            except Exception:
+                # Put the old variant back: reload it the same way.
+                self.loaded = await asyncio.to_thread(self._open, cur.index)
+                self.batcher.tuned_cap = self.loaded.batch_cap
+                raise
+            self._activate(loaded)
+        finally:
+            self.batcher.resume()
+
+    def _activate(self, loaded: Loaded) -> None:
+        self.loaded = loaded
+        self.batcher.tuned_cap = loaded.batch_cap
+        self.metrics.model_loads.labels(self.name, loaded.config.name, "ok").inc()
+        self.metrics.model_load_duration.labels(self.name, loaded.config.name).set(loaded.load_s)
+        self.metrics.set_active(self.name, loaded.config.name, loaded.config.backend)
+        model_log.info("model loaded model=%s variant=%s backend=%s device=%s load_ms=%.0f",
+                       self.name, loaded.config.name, loaded.config.backend,
+                       loaded.backend.info.device, loaded.load_s * 1000)
+
+    def _load_failed(self, v: VariantConfig, e: Exception) -> None:
+        self.metrics.model_loads.labels(self.name, v.name, "error").inc()
+        msg = str(e) if isinstance(e, EdgedError) else f"{type(e).__name__}: {e}"
+        if self.loaded is None:
+            self.state = "failed"
+            self.error = msg
+        model_log.error("load failed model=%s variant=%s error=%s", self.name, v.name, msg)
+
+
+def _reason_label(reason: str) -> str:
+    """Bounded label values: the first word of the reason (governor, operator, reload)."""
+    return reason.split(":", 1)[0].split()[0] if reason else "unknown"
 
 
 def check_contract(name: str, want: list[TensorSpec], got: list[TensorSpec], what: str) -> None:

@@ -17,6 +17,11 @@ from sysfs_fixtures import make_ina3221_hwmon, make_thermal_zone
 X = (np.load(MODELS / "validation.npz")["x"][:1].astype(np.float32) / 255.0)[:, None]
 
 
+def variant(name: str, path: Path) -> str:
+    """One ``[[models.variants]]`` table (ONNX Runtime) for the model above it."""
+    return f'\n[[models.variants]]\nname = "{name}"\nbackend = "onnxruntime"\npath = "{path}"\n'
+
+
 def stream(d: Daemon, stop: threading.Event, out: list[tuple[str, str | None]]) -> None:
     with d.client(timeout_s=30) as c:
         while not stop.is_set():
@@ -52,16 +57,8 @@ def test_swap_to_an_incompatible_variant_is_refused_and_serving_goes_on(
         make_daemon: Any, tmp_path: Path) -> None:
     other = make_slow_model(tmp_path / "other.onnx", 10)  # input x [N,64]: not the contract
     cfg = digits_config(tmp_path, variants=("cnn-fp32",))
-    cfg.write_text(cfg.read_text() + f"""
-[[models.variants]]
-name = "wrong"
-backend = "onnxruntime"
-path = "{other}"
-[[models.variants]]
-name = "missing"
-backend = "onnxruntime"
-path = "{tmp_path / 'nope.onnx'}"
-""")
+    cfg.write_text(cfg.read_text() + variant("wrong", other)
+                   + variant("missing", tmp_path / "nope.onnx"))
     d = make_daemon(cfg)
     r = d.ctl({"op": "swap", "model": "digits", "variant": "wrong"})
     assert r["status"] == "INTERNAL"
@@ -74,6 +71,23 @@ path = "{tmp_path / 'nope.onnx'}"
         ok = c.infer("digits", X)
         assert ok.ok and ok.header["variant"] == "cnn-fp32"
     assert "load failed model=digits variant=wrong" in d.log()
+
+
+def test_swap_on_a_model_that_is_not_ready_says_so(make_daemon: Any, tmp_path: Path) -> None:
+    # A second model whose first rung is missing fails its load; its second rung is fine.
+    cfg = digits_config(tmp_path, variants=("cnn-fp32",),
+                        extra_models='\n[[models]]\nname = "broken"\n'
+                        + variant("gone", tmp_path / "gone.onnx")
+                        + variant("good", MODELS / "cnn-int8.onnx"))
+    d = make_daemon(cfg)
+    r = d.ctl({"op": "swap", "model": "broken", "variant": "good"})
+    assert r["status"] == "UNAVAILABLE", r
+    assert r["error"].startswith("model 'broken' is failed: ") and "gone.onnx" in r["error"], r
+    assert r["error"].endswith("; the pin applies when it loads") and "None" not in r["error"]
+    assert r["pin"]["variant"] == "good"  # the operator's choice holds for the next load
+    m = d.ctl({"op": "models"})["models"]
+    assert {x["name"]: x["state"] for x in m} == {"digits": "ready", "broken": "failed"}
+    assert d.ctl({"op": "swap", "model": "digits", "variant": "cnn-fp32"})["status"] == "OK"
 
 
 def test_energy_is_attributed_from_measured_power(make_daemon: Any, tmp_path: Path) -> None:

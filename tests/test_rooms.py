@@ -19,11 +19,10 @@ from test_governor_daemon import LEVELS
 from edged.backends import backend_module
 from edged.backends.base import run_batch
 from edged.backends.null import NullBackend, Options
-from edged.batcher import Pending, Result
 from edged.config import Limits, load_config, parse_config
 from edged.errors import ConfigError, EdgedError
 from edged.metrics import Metrics
-from edged.model import Model
+from edged.model import Model, Result
 from edged.protocol.request import InputMeta, Request
 from edged.server.reload import plan_reload
 
@@ -88,7 +87,7 @@ def test_model_batches_on_the_null_backend_and_answers_each_its_own(tmp_path: Pa
         done = asyncio.Event()
 
         def respond(i: int) -> Any:
-            def f(p: Pending, outcome: Result | EdgedError) -> None:
+            def f(outcome: Result | EdgedError) -> None:
                 got.append((i, outcome))
                 if len(got) == 6:
                     done.set()
@@ -98,8 +97,7 @@ def test_model_batches_on_the_null_backend_and_answers_each_its_own(tmp_path: Pa
             x = np.full((1, 4), i, np.float32)
             req = Request(op="infer", id=i, model="echo",
                           inputs=[InputMeta(None, "raw", np.dtype("float32"), (1, 4), x)])
-            feeds, rows, key, _ = m.prepare(req)
-            m.submit(Pending(feeds=feeds, rows=rows, key=key, respond=respond(i)))
+            m.submit(m.prepare(req), respond(i), arrival=time.monotonic())
         await asyncio.wait_for(done.wait(), 10)
         await m.close()
         return got

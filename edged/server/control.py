@@ -115,10 +115,15 @@ class Control:
     async def _swap(self, msg: dict[str, Any]) -> dict[str, Any]:
         m = self.state.registry.get(_str_arg(msg, "model"))
         variant = _str_arg(msg, "variant")
-        pin = await self.governing.pin_variant(m, variant)
+        pin = await self.governing.pin_variant(m, variant)  # kept for the next load too
         failed = pin.pop("swap_failed")
         want = m.variant_names[self.governing.index_for(m)]
         out: dict[str, Any] = {"model": m.describe(), **pin}
+        try:
+            m.check_ready()
+        except Unavailable as e:  # loading, failed or unloaded: nothing to swap now
+            out.update(status=e.status, error=f"{e}; the pin applies when it loads")
+            return out
         if failed or m.active_variant != want:
             target = variant if failed else want
             out.update(status="INTERNAL", error=f"swap to {target!r} failed: "

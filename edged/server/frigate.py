@@ -2,11 +2,12 @@
 
 Why a room of its own: the protocol differs from edged's (no ids, no statuses, one
 480-byte reply), but the work must not: a Frigate frame is prepared like a native raw
-frame (``Model.prepare_frame``) and queued in the same batcher, so frames of several
-cameras, native clients included, compute together under the same governor, deadline
-and metrics. Frigate gives up after ``request_timeout_ms`` and cannot read an error,
-so every request gets exactly one reply and a failure is an all-zero result plus a
-counted error (``edged_frigate_requests_total{status!="OK"}``), never silence.
+frame (``Model.prepare_frame``), admitted, queued and counted through the same
+``Admission`` as a native request, so frames of several cameras, native clients
+included, compute together under the same governor, deadline and metrics. Frigate
+gives up after ``request_timeout_ms`` and cannot read an error, so every request gets
+exactly one reply and a failure is an all-zero result plus a counted error
+(``edged_frigate_requests_total{status!="OK"}``), never silence.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from edged.batcher import Pending, Result
 from edged.config import FrigateConfig
-from edged.errors import EdgedError, ResourceExhausted, Unavailable
+from edged.errors import EdgedError
 from edged.frigate_protocol import MAX_ROWS, ZEROS, encode_result, parse_request
-from edged.model import Model
+from edged.model import Result
+from edged.server.admission import Admission, Ticket
 from edged.server.endpoints import send, split_envelope
 from edged.server.state import ServerState
 
@@ -55,6 +56,7 @@ class _Endpoint:
 class FrigatePath:
     def __init__(self, state: ServerState) -> None:
         self.state = state
+        self.admission = Admission(state)
 
     async def recv_loop(self, cfg: FrigateConfig, address: str,
                         sock: zmq.asyncio.Socket) -> None:
@@ -70,51 +72,44 @@ class FrigatePath:
     def handle(self, ep: _Endpoint, frames: list[zmq.Frame]) -> None:
         received = time.monotonic()
         envelope, body = split_envelope(frames)
-        model: Model | None = None
         try:
-            model = self.state.registry.get(ep.cfg.model)
-            if not self.state.serving:
-                raise Unavailable("the daemon is " + ("starting" if not self.state.ready
-                                                      else "shutting down"))
-            limits = self.state.config.server.limits
-            size = sum(len(f) for f in body)
-            if size > limits.max_message_bytes:
-                raise ResourceExhausted(f"message is {size} bytes; the limit is "
-                                        f"{limits.max_message_bytes}")
-            req = parse_request(body, limits.max_image_pixels)
-            feeds, rows, key, job = model.prepare_frame(req.frame, ep.cfg.input_pixel_format,
-                                                        ep.options)
-            wh = (req.frame.shape[1], req.frame.shape[0])
-            p = Pending(feeds=feeds, rows=rows, key=key, meta=job, arrival=received,
-                        priority=ep.cfg.priority,
-                        deadline=received + ep.cfg.timeout_ms / 1000.0,
-                        respond=functools.partial(self._respond, ep, envelope, model, wh,
-                                                  received))
-            model.submit(p)
+            ticket = self.admission.admit(ep.cfg.model, received,
+                                          functools.partial(self._respond, ep, envelope))
         except EdgedError as e:
-            self._fail(ep, envelope, model, e)
+            self._refuse(ep, envelope, e)
+            return
+        try:
+            self.admission.check_size(body)
+            req = parse_request(body, self.state.config.server.limits.max_image_pixels)
+            prepared = ticket.model.prepare_frame(req.frame, ep.cfg.input_pixel_format,
+                                                  ep.options)
+        except EdgedError as e:
+            self.admission.fail(ticket, e)
+            return
+        ticket.context = (req.frame.shape[1], req.frame.shape[0])  # what rows normalise to
+        self.admission.submit(ticket, prepared, priority=ep.cfg.priority,
+                              timeout_ms=ep.cfg.timeout_ms)
 
-    def _respond(self, ep: _Endpoint, envelope: list[bytes], model: Model,
-                 size: tuple[int, int], received: float, p: Pending,
+    def _respond(self, ep: _Endpoint, envelope: list[bytes], ticket: Ticket,
                  outcome: Result | EdgedError) -> None:
-        """The batcher's completion callback: one 480-byte reply per request."""
+        """The request's one 480-byte reply (``Admission`` has counted it already)."""
         if isinstance(outcome, EdgedError):
-            self._fail(ep, envelope, model, outcome)
+            self._zeros(ep, envelope, outcome)
             return
         assert outcome.detections is not None
-        total = time.monotonic() - received
         ep.count("OK")  # counted before the reply leaves: a scrape after it sees it
-        ep.duration.observe(total)
-        model.observe_reply(outcome.variant, total, outcome.queue_s)
-        self._reply(ep, envelope, encode_result(outcome.detections, size[0], size[1], 0.0,
-                                                ep.class_map))
+        ep.duration.observe(time.monotonic() - ticket.received)
+        w, h = ticket.context
+        self._reply(ep, envelope, encode_result(outcome.detections, w, h, 0.0, ep.class_map))
 
-    def _fail(self, ep: _Endpoint, envelope: list[bytes], model: Model | None,
-              err: EdgedError) -> None:
+    def _refuse(self, ep: _Endpoint, envelope: list[bytes], err: EdgedError) -> None:
+        """Refused before admission (unknown model, not serving): counted, all zeros."""
+        self.admission.reject(err, ep.cfg.model)
+        self._zeros(ep, envelope, err)
+
+    def _zeros(self, ep: _Endpoint, envelope: list[bytes], err: EdgedError) -> None:
+        """Frigate cannot read an error: an all-zero result, and the status counted."""
         ep.count(err.status)
-        self.state.metrics.requests.labels(ep.cfg.model if model is not None else "",
-                                           model.active_variant if model is not None else "",
-                                           err.status).inc()
         self._reply(ep, envelope, ZEROS)
         log.debug("frigate %s: %s %s", ep.address, err.status, err)
 

@@ -21,7 +21,7 @@ from edged import golden
 from edged.backends.base import Backend, TensorSpec, run_batch
 from edged.config import ModelConfig, VariantConfig
 from edged.detect.geometry import Transform, fit
-from edged.detect.serving import input_size
+from edged.detect.head import input_size
 from edged.preprocess import Preprocessor
 from edged.verify.compare import (
     RELAXED,
