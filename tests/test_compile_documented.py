@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
+from edged import modeljson
 from edged.backends.isa import CpuIsa, cpu_isa
 from edged.backends.sidecar import read_sidecar
-from edged.compile import ladder, modeljson
+from edged.compile import ladder
 from edged.compile.options import CompileOptions
 from edged.compile.ort_steps import seven_bit_weights
 from edged.compile.pipeline import run

@@ -10,7 +10,6 @@ reference on the same pictures.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from edged import golden
+from edged import golden, modeljson
 from edged.backends.base import TensorSpec
 from edged.errors import ArtifactError
 
@@ -52,21 +51,16 @@ def from_golden(artifact: Path) -> CheckInputs | None:
 
 
 def validation_file(artifact: Path) -> Path | None:
-    """The validation (else calibration) data named by the ``model.json`` beside it."""
-    mj = artifact.parent / "model.json"
-    if not mj.is_file():
+    """The validation (else calibration) array file the ``model.json`` beside it names."""
+    card = modeljson.beside(artifact)
+    if card is None:
         return None
     try:
-        doc = json.loads(mj.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"{mj}: unreadable: {e}") from None
-    for key in ("validation", "calibration"):
-        name = doc.get(key) if isinstance(doc, dict) else None
-        if isinstance(name, str) and name:
-            p = mj.parent / name
-            if p.suffix in (".npz", ".npy") and p.is_file():
-                return p
-    return None
+        found = modeljson.read(card)
+    except ValueError as e:
+        raise ArtifactError(str(e)) from None
+    return next((p for p in (found.validation, found.calibration)
+                 if p is not None and p.suffix in (".npz", ".npy") and p.is_file()), None)
 
 
 def from_validation(artifact: Path, spec: TensorSpec,
