@@ -1,4 +1,4 @@
-"""A bounded live fuzzer for a running daemon (used by tests/test_live_fuzz.py and scripts/fuzz).
+"""A bounded live fuzzer for a running daemon (tests/test_live_fuzz.py, scripts/ops/fuzz).
 
 Malformed, truncated, mutated, oversized and random multipart messages go out over
 several "lanes" (DEALER and REQ sockets over tcp and ipc, some with hostile routing

@@ -19,8 +19,8 @@ plus ``LICENSE`` (copied from the wheel), ``model.json`` and ``README.md``.
 
 Usage (about 5 minutes on 2 cores, most of it installing TensorFlow)::
 
-    .venv/bin/python scripts/convert_person_detector.py
-    .venv/bin/python scripts/convert_person_detector.py --latency-only
+    .venv/bin/python scripts/models/convert_person_detector.py
+    .venv/bin/python scripts/models/convert_person_detector.py --latency-only
 
 Needs ``onnx`` (the ``compile`` extra) and, for the photo checks,
 ``matplotlib`` + ``scikit-image`` (the ``test`` extra).
@@ -53,7 +53,7 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = ROOT / "models" / "person"
 DEFAULT_VENV = Path("/tmp/edged-tfconv")
 
@@ -469,7 +469,7 @@ SSDLite-MobileNetV2, one class (**person**), trained with the TensorFlow Object
 Detection API; its non-maximum suppression runs inside the graph. Two variants
 form the governor's ladder, heaviest first: `ssdlite-fp32` → `ssdlite-int8`.
 
-*Every file here is written by `scripts/convert_person_detector.py`; edit the
+*Every file here is written by `scripts/models/convert_person_detector.py`; edit the
 script, not the outputs.*
 
 ## Source, licence, attribution
@@ -487,7 +487,7 @@ script, not the outputs.*
 
 ## How it was made
 
-    .venv/bin/python scripts/convert_person_detector.py
+    .venv/bin/python scripts/models/convert_person_detector.py
 
 The script makes a throwaway venv (`{DEFAULT_VENV}`, never the project's) with
 Python {facts['python']} and installs `{' '.join(TOOL_PINS)}` plus
@@ -579,7 +579,7 @@ Treat them as relative costs; re-measure on the device (`--latency-only`):
 `tests/test_person_model.py` (in process, ONNX Runtime, edged's own
 preprocessing) pins the I/O contract above, the photo boxes (IoU ≥ 0.8 with
 boxes read off the photos), batch-2 = two batch-1 runs, and the checksums below.
-`scripts/make_docs_images.py person` draws `docs/images/person-detections.jpg`.
+`scripts/docs/make_docs_images.py person` draws `docs/images/person-detections.jpg`.
 
 ## sha256
 

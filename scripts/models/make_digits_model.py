@@ -24,8 +24,8 @@ Torch is a build-time tool only; edged never imports it.
 Usage::
 
     .venv/bin/pip install torch==2.13.0     # once; CPU wheel
-    .venv/bin/python scripts/make_digits_model.py            # build everything
-    .venv/bin/python scripts/make_digits_model.py --latency-only   # re-measure latency
+    .venv/bin/python scripts/models/make_digits_model.py            # build everything
+    .venv/bin/python scripts/models/make_digits_model.py --latency-only   # re-measure latency
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = ROOT / "models" / "digits"
 SEED = 20260
 SIZE = 28
@@ -489,12 +489,12 @@ repository and real enough to test against. Three variants form the governor's
 ladder, heaviest first: `cnn-fp32` → `cnn-int8` → `small-fp32`.
 
 *This file, `model.json`, the `.onnx` files, `validation.npz` and `samples/` are
-all written by `scripts/make_digits_model.py`; edit the script, not the outputs.*
+all written by `scripts/models/make_digits_model.py`; edit the script, not the outputs.*
 
 ## How it was made
 
     .venv/bin/pip install torch==2.13.0     # build-time only; edged never imports torch
-    .venv/bin/python scripts/make_digits_model.py
+    .venv/bin/python scripts/models/make_digits_model.py
 
 Deterministic (fixed seeds; two runs gave byte-identical files), about a minute
 on 2 CPU cores. Tools: torch {torch.__version__}, onnx {onnx.__version__},
@@ -560,7 +560,7 @@ Treat them as relative costs of the rungs, not as a device's numbers:
 
 Re-measure latency on your machine (no torch needed):
 
-    .venv/bin/python scripts/make_digits_model.py --latency-only
+    .venv/bin/python scripts/models/make_digits_model.py --latency-only
 
 ## Samples
 

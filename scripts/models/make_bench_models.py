@@ -21,7 +21,7 @@ fp32 files; edged never imports it.
 Usage::
 
     .venv/bin/pip install torch==2.13.0     # once; CPU wheel
-    .venv/bin/python scripts/make_bench_models.py [--out DIR] [--force]
+    .venv/bin/python scripts/models/make_bench_models.py [--out DIR] [--force]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / ".cache" / "bench-models"
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"

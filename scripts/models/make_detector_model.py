@@ -28,8 +28,8 @@ Torch is a build-time tool only; edged never imports it. Run in a throwaway venv
     python3 -m venv /tmp/detvenv
     /tmp/detvenv/bin/pip install torch==2.13.0 onnx onnxruntime numpy scikit-learn \
         opencv-python-headless pycocotools
-    /tmp/detvenv/bin/python scripts/make_detector_model.py
-    /tmp/detvenv/bin/python scripts/make_detector_model.py --eval-only   # no torch needed
+    /tmp/detvenv/bin/python scripts/models/make_detector_model.py
+    /tmp/detvenv/bin/python scripts/models/make_detector_model.py --eval-only   # no torch needed
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = ROOT / "models" / "digits-det"
 SEED = 20260
 SIZE = 160  # scene and main model input size (square)
@@ -102,7 +102,7 @@ MAX_DET = 100
 def digit_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Stratified 75/25 split of the 8x8 digits (values 0..16), same seed as ``digits``.
 
-    Why the same split as ``scripts/make_digits_model.py``: a digit held out there
+    Why the same split as ``scripts/models/make_digits_model.py``: a digit held out there
     is held out here too, so neither model's validation set leaks into the other.
     """
     ds = load_digits()
@@ -762,7 +762,7 @@ Three variants form the ladder, heaviest first: `det-fp32` → `det-int8` →
 `det128-fp32`.
 
 *This file, `model.json`, the `.onnx` files, `val.npz` and `samples/` are all
-written by `scripts/make_detector_model.py`; edit the script, not the outputs.*
+written by `scripts/models/make_detector_model.py`; edit the script, not the outputs.*
 
 ## Interface
 
@@ -863,8 +863,8 @@ used only when hot. INT8 costs {drop8:.1f} points.
     python3 -m venv /tmp/detvenv
     /tmp/detvenv/bin/pip install torch==2.13.0 onnx onnxruntime numpy scikit-learn \\
         opencv-python-headless pycocotools
-    /tmp/detvenv/bin/python scripts/make_detector_model.py
-    /tmp/detvenv/bin/python scripts/make_detector_model.py --eval-only  # no torch
+    /tmp/detvenv/bin/python scripts/models/make_detector_model.py
+    /tmp/detvenv/bin/python scripts/models/make_detector_model.py --eval-only  # no torch
 
 Seeded and deterministic as far as torch allows (`use_deterministic_algorithms`).
 Tools: Python {platform.python_version()}, torch {torch.__version__}, onnx
