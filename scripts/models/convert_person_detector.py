@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -45,15 +44,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx.tools import update_model_dims
-from onnxruntime.quantization import (
-    CalibrationDataReader,
-    CalibrationMethod,
-    QuantFormat,
-    QuantType,
-    quantize_static,
-)
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from edged.backends.isa import cpu_name  # noqa: E402
+from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
+from edged.compile.ort_steps import to_int8_static  # noqa: E402
+
 OUT_DIR = ROOT / "models" / "person"
 DEFAULT_VENV = Path("/tmp/edged-tfconv")
 
@@ -218,10 +216,8 @@ def to_input(rgb: np.ndarray) -> np.ndarray:
 
 
 def session(path: Path, threads: int = 1) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    """The daemon's CPU session."""
+    return OnnxRuntimeBackend(path, Options(threads=threads)).session
 
 
 def detect(sess: ort.InferenceSession, x: np.ndarray) -> list[np.ndarray]:
@@ -276,37 +272,21 @@ def photo_detections(path: Path) -> dict[str, dict]:
 # ------------------------------------------------------------------ quantize
 
 
-class _Calibration(CalibrationDataReader):
-    def __init__(self, x: np.ndarray) -> None:
-        self._it: Iterator[dict[str, np.ndarray]] = ({INPUT: x[i : i + 1]} for i in range(len(x)))
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self._it, None)
-
-
 def quantize_int8(src: Path, dst: Path) -> None:
     """Static QDQ quantization of the convolutions only.
 
     Why only ``Conv``: the backbone and box predictors are where the time goes;
     the decode/NMS ``Loop`` after them works on box coordinates and scores whose
-    precision matters more than their cost. Per-channel S8 weights, U8 activations
-    and MinMax calibration, as for the digits model (QDQ is what ORT's x86 int8
-    kernels and TensorRT consume). ``quant_pre_process`` is skipped: its symbolic
-    shape inference does not handle the graph's ``Loop`` bodies.
+    precision matters more than their cost. ``edged compile``'s ``to_int8_static``:
+    per-channel S8 weights, U8 activations and MinMax calibration, as for the digits
+    model (QDQ is what ORT's x86 int8 kernels and TensorRT consume).
+    ``quant_pre_process`` is skipped: its symbolic shape inference does not handle
+    the graph's ``Loop`` bodies.
     """
     # Its "consider pre-processing" warnings go to the root logger; they are answered above.
     logging.getLogger().setLevel(logging.ERROR)
-    quantize_static(
-        str(src),
-        str(dst),
-        _Calibration(calibration_photos()),
-        quant_format=QuantFormat.QDQ,
-        op_types_to_quantize=["Conv"],
-        per_channel=True,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-        calibrate_method=CalibrationMethod.MinMax,
-    )
+    to_int8_static(src, dst, INPUT, calibration_photos(), batch=1, progress=False,
+                   op_types=["Conv"], pre_process="none")
     model = onnx.load(str(dst))
     stamp(model, "int8 QDQ")
     sort_nodes(model.graph)
@@ -395,13 +375,6 @@ def measure_latencies(out: Path) -> dict[str, dict[int, dict[str, float]]]:
 
 def load_average() -> float:
     return os.getloadavg()[0]
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def sha256(path: Path) -> str:
