@@ -435,7 +435,7 @@ def test_onnx_precision_of_unreadable_file_is_unknown(tmp_path: Path) -> None:
 def _device_check(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, str(DEVICE_CHECK), "--iterations", "2", "--items", "16", *args],
+        [sys.executable, str(DEVICE_CHECK), "--seconds", "0.5", "--items", "16", *args],
         capture_output=True,
         text=True,
         timeout=300,
