@@ -35,7 +35,6 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -47,6 +46,8 @@ from onnx.tools import update_model_dims
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from builder_support import build_and_publish  # noqa: E402
 
 from edged.backends.isa import cpu_name  # noqa: E402
 from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
@@ -600,17 +601,6 @@ def build(out: Path, venv: Path) -> int:
     return 0
 
 
-def publish(build_dir: Path, out: Path) -> None:
-    """Move the built files into ``out`` one atomic rename at a time.
-
-    Why: a running daemon or test may be reading ``models/person``; a rename never
-    shows a reader a half-written model.
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    for p in sorted(build_dir.iterdir()):
-        os.replace(p, out / p.name)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="output directory")
@@ -628,16 +618,7 @@ def main(argv: list[str] | None = None) -> int:
                 for b, t in r.items()))
         return 0
 
-    t_start = time.perf_counter()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".person-build-") as tmp:
-        rc = build(Path(tmp), args.venv)
-        if rc != 0:
-            print(f"nothing published; {out} unchanged")
-            return rc
-        publish(Path(tmp), out)
-    print(f"done in {time.perf_counter() - t_start:.1f} s -> {out}")
-    return 0
+    return build_and_publish(out, lambda d: build(d, args.venv), None)
 
 
 if __name__ == "__main__":

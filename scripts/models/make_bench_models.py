@@ -30,14 +30,14 @@ import argparse
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from builder_support import export_torch, save_checked  # noqa: E402
 
 from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
 from edged.compile.bench import measure  # noqa: E402
@@ -209,23 +209,9 @@ def export_fp32(arch: str, dst: Path) -> None:
     torch.manual_seed(SEED)
     net = BUILDERS[arch]().eval()
     tmp = dst.with_name(dst.name + ".tmp")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            net,
-            (torch.zeros(1, *SHAPE),),
-            str(tmp),
-            dynamo=False,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {0: BATCH_DIM}, OUTPUT_NAME: {0: BATCH_DIM}},
-            opset_version=OPSET,
-            do_constant_folding=True,
-        )
-    model = onnx.load(str(tmp))
-    model.doc_string = f"{arch} with RANDOM weights, for edged speed benchmarks only"
-    onnx.checker.check_model(model)
-    onnx.save(model, str(tmp))
+    model = export_torch(net, tmp, (1, *SHAPE), INPUT_NAME, OUTPUT_NAME, BATCH_DIM, OPSET,
+                         f"{arch} with RANDOM weights, for edged speed benchmarks only")
+    save_checked(model, tmp)
     os.replace(tmp, dst)
 
 

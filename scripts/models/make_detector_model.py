@@ -45,7 +45,6 @@ import platform
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +55,8 @@ import onnxruntime as ort
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from builder_support import build_and_publish, export_torch  # noqa: E402
 
 from edged.backends.isa import cpu_name  # noqa: E402
 from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
@@ -464,22 +465,14 @@ def export_onnx(net, path: Path, size: int) -> None:
     BatchNorm and writes a plain opset-17 graph every backend reads; the grid
     becomes a constant, so each resolution is its own file.
     """
-    import torch
 
     net.export_mode = True
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                net, (torch.zeros(1, 3, size, size),), str(path), dynamo=False,
-                input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                dynamic_axes={INPUT_NAME: {0: BATCH_DIM}, OUTPUT_NAME: {0: BATCH_DIM}},
-                opset_version=OPSET, do_constant_folding=True,
-            )  # fmt: skip
+        model = export_torch(net, path, (1, 3, size, size), INPUT_NAME, OUTPUT_NAME, BATCH_DIM,
+                             OPSET, "edged digits detector, YOLOv8 layout; see "
+                             "models/digits-det/README.md")
     finally:
         net.export_mode = False
-    model = onnx.load(str(path))
-    model.doc_string = "edged digits detector, YOLOv8 layout; see models/digits-det/README.md"
     meta = {
         "names": json.dumps(dict(enumerate(LABELS))), "stride": "16",
         "imgsz": f"[{size}, {size}]", "task": "detect", "output_layout": "yolov8",
@@ -943,18 +936,6 @@ def eval_only(out: Path) -> int:
     return 0
 
 
-def publish(build_dir: Path, out: Path) -> None:
-    """Move the built files into ``out`` one atomic rename at a time (readers never see
-    a half-written model); samples this build did not write are removed."""
-    (out / "samples").mkdir(parents=True, exist_ok=True)
-    new = {p.relative_to(build_dir) for p in build_dir.rglob("*") if p.is_file()}
-    for rel in sorted(new):
-        os.replace(build_dir / rel, out / rel)
-    for old in (out / "samples").glob("scene*"):
-        if old.relative_to(out) not in new:
-            old.unlink()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="output directory")
@@ -975,16 +956,8 @@ def main(argv: list[str] | None = None) -> int:
     # One thread by default: on a busy shared machine OpenMP's barriers spin, and two
     # threads measured 7x *slower* per step than one (load average 7 on 2 cores).
     torch.set_num_threads(args.threads)
-    t_start = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".digits-det-build-") as tmp:
-        rc = build(Path(tmp), args.steps, args.batch, args.min_map, args.weights)
-        if rc != 0:
-            print(f"nothing published; {out} unchanged")
-            return rc
-        publish(Path(tmp), out)
-    print(f"done in {time.perf_counter() - t_start:.1f} s -> {out}")
-    return 0
+    return build_and_publish(
+        out, lambda d: build(d, args.steps, args.batch, args.min_map, args.weights), "scene*")
 
 
 if __name__ == "__main__":

@@ -36,9 +36,7 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +47,8 @@ import onnxruntime as ort
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from builder_support import build_and_publish, export_torch, save_checked  # noqa: E402
 
 from edged.backends.isa import cpu_name  # noqa: E402
 from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
@@ -223,31 +223,10 @@ def train(kind: str, split: Split, epochs: int, seed: int):
 
 
 def export_onnx(net, path: Path) -> None:
-    """Export with a symbolic batch dim ``N``; BatchNorm is folded (eval mode).
-
-    Why the TorchScript exporter (``dynamo=False``): the default torch.export-based
-    exporter needs onnxscript, which is not installed here, and the legacy one folds
-    BatchNorm into Conv and gives plain opset-17 graphs that every backend reads.
-    """
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            net,
-            (torch.zeros(1, 1, SIZE, SIZE),),
-            str(path),
-            dynamo=False,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {0: BATCH_DIM}, OUTPUT_NAME: {0: BATCH_DIM}},
-            opset_version=OPSET,
-            do_constant_folding=True,
-        )
-    model = onnx.load(str(path))
-    model.doc_string = "edged digits classifier; see models/digits/README.md"
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
+    """Export with a symbolic batch dim ``N`` (``builder_support.export_torch``)."""
+    model = export_torch(net, path, (1, 1, SIZE, SIZE), INPUT_NAME, OUTPUT_NAME, BATCH_DIM,
+                         OPSET, "edged digits classifier; see models/digits/README.md")
+    save_checked(model, path)
 
 
 # ------------------------------------------------------------------------ quantize
@@ -579,22 +558,6 @@ def build(out: Path, epochs: int) -> int:
 
 
 
-def publish(build_dir: Path, out: Path) -> None:
-    """Move the built files into ``out`` one atomic rename at a time.
-
-    Why: the daemon and other tests may be reading ``models/digits`` while it is
-    rebuilt; a rename never shows a reader a half-written model. Samples from an
-    older build that this one did not write are removed.
-    """
-    (out / "samples").mkdir(parents=True, exist_ok=True)
-    new = {p.relative_to(build_dir) for p in build_dir.rglob("*") if p.is_file()}
-    for rel in sorted(new):
-        os.replace(build_dir / rel, out / rel)
-    for old in (out / "samples").glob("digit*"):
-        if old.relative_to(out) not in new:
-            old.unlink()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="output directory")
@@ -615,18 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(SEED)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
 
-    t_start = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    # Build beside the target (same file system, so publish() can rename atomically).
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".digits-build-") as tmp:
-        build_dir = Path(tmp)
-        rc = build(build_dir, args.epochs)
-        if rc != 0:
-            print(f"nothing published; {out} unchanged")
-            return rc
-        publish(build_dir, out)
-    print(f"done in {time.perf_counter() - t_start:.1f} s -> {out}")
-    return 0
+    return build_and_publish(out, lambda d: build(d, args.epochs), "digit*")
 
 
 if __name__ == "__main__":
