@@ -1,5 +1,5 @@
-"""What the model builders beside this file share: the ONNX export of a torch network
-and the atomic publish of a finished build.
+"""What the model builders beside this file share: the ONNX export of a torch network,
+its size and cost for the model card, and the atomic publish of a finished build.
 
 Why here and not in ``edged``: only the builders use it, and they run in throwaway
 venvs with torch; the daemon never imports torch. Each builder imports it as a
@@ -41,6 +41,30 @@ def export_torch(net: Any, path: Path, example_shape: tuple[int, ...], input_nam
     model = onnx.load(str(path))
     model.doc_string = doc
     return model
+
+
+def cost(net: Any, example_shape: tuple[int, ...]) -> tuple[int, int]:
+    """(parameters, multiply-accumulates per image) of ``net`` on an input of
+    ``example_shape`` (batch 1), counting Conv2d and Linear layers, for a model card."""
+    import torch
+    from torch import nn
+
+    macs = 0
+
+    def hook(mod: nn.Module, _inp: tuple, out: torch.Tensor) -> None:
+        nonlocal macs
+        if isinstance(mod, nn.Conv2d):
+            k = mod.kernel_size[0] * mod.kernel_size[1] * mod.in_channels // mod.groups
+            macs += out.numel() * k
+        elif isinstance(mod, nn.Linear):
+            macs += out.numel() * mod.in_features
+
+    handles = [m.register_forward_hook(hook) for m in net.modules()]
+    with torch.no_grad():
+        net.eval()(torch.zeros(*example_shape))
+    for h in handles:
+        h.remove()
+    return sum(p.numel() for p in net.parameters()), macs
 
 
 def save_checked(model: onnx.ModelProto, path: Path) -> None:

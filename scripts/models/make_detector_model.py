@@ -57,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from builder_support import build_and_publish, export_torch  # noqa: E402
+from builder_support import cost as builder_cost  # noqa: E402
 
 from edged.backends.isa import cpu_name  # noqa: E402
 from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
@@ -439,23 +440,7 @@ def train(steps: int, batch: int, digits: np.ndarray, labels: np.ndarray, seed: 
 
 def cost(net, size: int) -> tuple[int, int]:
     """(parameters, multiply-accumulates per image) at ``size``, for the README."""
-    import torch
-    from torch import nn
-
-    macs = 0
-
-    def hook(mod: nn.Module, _inp: tuple, out: torch.Tensor) -> None:
-        nonlocal macs
-        if isinstance(mod, nn.Conv2d):
-            k = mod.kernel_size[0] * mod.kernel_size[1] * mod.in_channels // mod.groups
-            macs += out.numel() * k
-
-    handles = [m.register_forward_hook(hook) for m in net.modules()]
-    with torch.no_grad():
-        net.eval()(torch.zeros(1, 3, size, size))
-    for h in handles:
-        h.remove()
-    return sum(p.numel() for p in net.parameters()), macs
+    return builder_cost(net, (1, 3, size, size))
 
 
 def export_onnx(net, path: Path, size: int) -> None:

@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from builder_support import build_and_publish, export_torch, save_checked  # noqa: E402
+from builder_support import cost as builder_cost  # noqa: E402
 
 from edged.backends.isa import cpu_name  # noqa: E402
 from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
@@ -148,26 +149,7 @@ def build_net(kind: str):  # -> torch.nn.Module (torch imported lazily)
 
 def cost(net) -> tuple[int, int]:
     """(parameters, multiply-accumulates per image) of a net, for the README."""
-    import torch
-    from torch import nn
-
-    macs = 0
-
-    def hook(mod: nn.Module, _inp: tuple, out: torch.Tensor) -> None:
-        nonlocal macs
-        if isinstance(mod, nn.Conv2d):
-            k = mod.kernel_size[0] * mod.kernel_size[1] * mod.in_channels // mod.groups
-            macs += out.numel() * k
-        elif isinstance(mod, nn.Linear):
-            macs += out.numel() * mod.in_features
-
-    handles = [m.register_forward_hook(hook) for m in net.modules()]
-    with torch.no_grad():
-        net.eval()(torch.zeros(1, 1, SIZE, SIZE))
-    for h in handles:
-        h.remove()
-    params = sum(p.numel() for p in net.parameters())
-    return params, macs
+    return builder_cost(net, (1, 1, SIZE, SIZE))
 
 
 def shift_batch(x: np.ndarray, rng: np.random.Generator, max_shift: int = 2) -> np.ndarray:
