@@ -48,13 +48,9 @@ def machine_info(repo: Path = ROOT) -> dict[str, Any]:
     import zmq
 
     from edged import __version__
+    from edged.backends.isa import cpu_name
 
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_name()
     rev = ""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

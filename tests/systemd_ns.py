@@ -33,7 +33,7 @@ BOOT = rf"""
 set -e
 W="$1"
 R="$2"
-# The repository (scripts/install, its .venv) may live under a directory that gets a
+# The repository (scripts/ops/install, its .venv) may live under a directory that gets a
 # fresh tmpfs below (a CI clone in /tmp): keep a handle on it and bind it back after.
 mkdir -p /dev/shm/.edged-repo-stash 2>/dev/null || true
 mount --bind "$R" /dev/shm/.edged-repo-stash

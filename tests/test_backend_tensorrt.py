@@ -1,4 +1,4 @@
-"""TensorRT backend, engine builder and scripts/device-check.
+"""TensorRT backend, engine builder and scripts/ops/device-check.
 
 Most CI machines (and this project's) have no GPU and cannot install TensorRT (its
 wheels come from NVIDIA's index), so the tests split in two:
@@ -40,7 +40,7 @@ from edged.errors import ArtifactError, ConfigError
 from edged.schema import Table, raise_if_problems
 
 REPO = Path(__file__).resolve().parent.parent
-DEVICE_CHECK = REPO / "scripts" / "device-check"
+DEVICE_CHECK = REPO / "scripts" / "ops" / "device-check"
 
 
 def _has(module: str) -> bool:
@@ -429,13 +429,13 @@ def test_onnx_precision_of_unreadable_file_is_unknown(tmp_path: Path) -> None:
     assert onnx_precision(bad) == "unknown"
 
 
-# -- scripts/device-check -------------------------------------------------------------------
+# -- scripts/ops/device-check -------------------------------------------------------------------
 
 
 def _device_check(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, str(DEVICE_CHECK), "--iterations", "2", "--items", "16", *args],
+        [sys.executable, str(DEVICE_CHECK), "--seconds", "0.5", "--items", "16", *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -6,10 +6,22 @@ measurements.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from edged.device_report import FAIL, SKIP, Row, agreement, format_table
+# device_report.py lives beside its only user, scripts/ops/device-check; load it by path.
+_PATH = Path(__file__).resolve().parent.parent / "scripts" / "ops" / "device_report.py"
+_spec = importlib.util.spec_from_file_location("device_report", _PATH)
+assert _spec is not None and _spec.loader is not None
+device_report = importlib.util.module_from_spec(_spec)
+sys.modules["device_report"] = device_report  # dataclasses look their module up by name
+_spec.loader.exec_module(device_report)
+FAIL, SKIP, Row = device_report.FAIL, device_report.SKIP, device_report.Row
+agreement, format_table = device_report.agreement, device_report.format_table
 
 RECORDED = [
     Row("digits", "onnxruntime-cpu", "fp32", p50_ms=0.41, items_per_s=5120.4,

@@ -151,7 +151,7 @@ def test_streamer_show_without_a_gui_build_says_so() -> None:
 # -- docs/protocol.md's byte-by-byte example ------------------------------------------------
 
 def test_protocol_doc_example_is_what_the_daemon_sends(daemon: Daemon, tmp_path: Path) -> None:
-    script = str(ROOT / "scripts" / "protocol_example.py")
+    script = str(ROOT / "scripts" / "docs" / "protocol_example.py")
     doc = ROOT / "docs" / "protocol.md"
     r = run([sys.executable, script, "--endpoint", daemon.tcp, "--check", str(doc)])
     assert r.returncode == 0, r.stdout + r.stderr

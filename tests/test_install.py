@@ -1,4 +1,4 @@
-"""scripts/install and scripts/uninstall, run for real into a temporary root.
+"""scripts/ops/install and scripts/ops/uninstall, run for real into a temporary root.
 
 ``--prefix`` makes the scripts install under a directory and skip everything
 outside it (useradd, chown, systemctl), and ``--no-pip`` skips the venv, so
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-INSTALL = REPO / "scripts" / "install"
-UNINSTALL = REPO / "scripts" / "uninstall"
+INSTALL = REPO / "scripts" / "ops" / "install"
+UNINSTALL = REPO / "scripts" / "ops" / "uninstall"
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
@@ -51,9 +51,9 @@ path = "/srv/other/model.so"
 def checkout(tmp_path: Path) -> Path:
     """A minimal edged checkout: the real scripts/units/docs plus a made-up config+models."""
     src = tmp_path / "src"
-    (src / "scripts").mkdir(parents=True)
+    (src / "scripts" / "ops").mkdir(parents=True)
     for script in (INSTALL, UNINSTALL):
-        shutil.copy2(script, src / "scripts" / script.name)
+        shutil.copy2(script, src / "scripts" / "ops" / script.name)
     shutil.copytree(REPO / "systemd", src / "systemd")
     (src / "docs").mkdir()
     for doc in ("operations.md", "metrics.md"):
@@ -78,7 +78,7 @@ def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _install(src: Path, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = _run(src / "scripts" / "install", "--prefix", str(root), "--no-pip", *args)
+    proc = _run(src / "scripts" / "ops" / "install", "--prefix", str(root), "--no-pip", *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 
@@ -202,7 +202,7 @@ def test_uninstall_keeps_data_unless_purge(checkout: Path, tmp_path: Path) -> No
     operator_dropin = root / "etc/systemd/system/edged.service.d/override.conf"
     operator_dropin.parent.mkdir(parents=True)
     operator_dropin.write_text("[Service]\n")
-    uninstall = checkout / "scripts" / "uninstall"
+    uninstall = checkout / "scripts" / "ops" / "uninstall"
 
     dry = _run(uninstall, "--prefix", str(root), "--dry-run")
     assert dry.returncode == 0, dry.stderr

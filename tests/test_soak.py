@@ -1,6 +1,6 @@
-"""A short soak in CI (issue 6): scripts/soak for ~30 s against a real daemon.
+"""A short soak in CI (issue 6): scripts/ops/soak for ~30 s against a real daemon.
 
-The full run is ``scripts/soak`` (10 minutes by default). Here: 30 s of steady mixed
+The full run is ``scripts/ops/soak`` (10 minutes by default). Here: 30 s of steady mixed
 load (valid, invalid, expiring and superseded stream requests from three client
 processes at 80 % of measured capacity). Every request sent must get exactly one
 reply, valid answers must be correct, and the daemon's RSS may grow at most 25 %
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-# 20 % is the figure for a machine to itself (scripts/soak's default; a 10-minute run
+# 20 % is the figure for a machine to itself (scripts/ops/soak's default; a 10-minute run
 # plateaus at ~5 %). When other jobs starve the daemon of CPU, requests wait in its
 # ZeroMQ pipes (up to RCVHWM per connection) and RSS rises with them without leaking:
 # a 10-minute run at 4x CPU oversubscription peaked at 19.7 %. CI machines are shared.
@@ -26,7 +26,7 @@ RSS_GROWTH_BOUND_PCT = 25.0
 def test_short_soak_loses_nothing_and_memory_stays_flat(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     r = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "soak"), "--duration", "30",
+        [sys.executable, str(ROOT / "scripts" / "ops" / "soak"), "--duration", "30",
          "--capacity-seconds", "3", "--warmup", "10", "--window", "10", "--clients", "3",
          "--max-rss-growth", str(RSS_GROWTH_BOUND_PCT), "--json", str(out)],
         capture_output=True, text=True, timeout=240, cwd=str(ROOT))

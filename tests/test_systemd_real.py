@@ -1,6 +1,6 @@
 """The shipped unit under a real systemd 252 (PID 1 of private namespaces; issue 14).
 
-``scripts/install --no-pip`` installs edged into the namespace exactly as on a
+``scripts/ops/install --no-pip`` installs edged into the namespace exactly as on a
 device (user, /etc/edged/edged.toml, /var/lib/edged/models, the unit in
 /usr/local/lib/systemd/system). Adaptations, each for this test machine, not for
 the unit (docs/operations.md, "Under a real systemd"):
@@ -117,7 +117,7 @@ def ns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SystemdNamespace]:
             n.start()
         except NamespaceUnavailable as e:
             pytest.skip(f"cannot set up the namespace here: {e}")
-        n.run(str(ROOT / "scripts" / "install"), "--no-pip", "--no-jetson", timeout=120)
+        n.run(str(ROOT / "scripts" / "ops" / "install"), "--no-pip", "--no-jetson", timeout=120)
         n.run("ln", "-sfn", sys.prefix, "/opt/edged/venv")  # adaptation 1
         n.run("sh", "-c", "cat > /var/lib/edged/models/slow.onnx", input=slow)
         n.run("chown", "edged:edged", "/var/lib/edged/models/slow.onnx")

@@ -5,7 +5,7 @@ running as PID 1 (containers, CI). When it is missing the analyzer tests skip
 and only the plain-text checks run.
 
 Why verify a copy: `systemd-analyze verify` fails when ExecStart's binary does
-not exist, and /opt/edged/venv/bin/edged exists only after scripts/install. The
+not exist, and /opt/edged/venv/bin/edged exists only after scripts/ops/install. The
 copy differs from the shipped unit in that one line (ExecStart -> /bin/true, with
 the same arguments), so everything else is verified as shipped. Drop-ins are
 placed in ``<copy>.d/``, which systemd-analyze reads next to the unit file.

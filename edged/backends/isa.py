@@ -79,6 +79,21 @@ def cpu_isa(cpuinfo: Path | None = None) -> CpuIsa:
     return CpuIsa({"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine), None)
 
 
+def cpu_name(cpuinfo: Path | None = None) -> str:
+    """The CPU's name as the kernel gives it: x86's ``model name``, else an ARM board's
+    ``Model`` or its ``CPU part``; ``platform`` when the file names none (its
+    ``processor()`` is empty on Linux). Reports and the ORT cache key use this one."""
+    try:
+        lines = (cpuinfo or cpuinfo_path()).read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    fields = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in lines)}
+    for key in ("model name", "Model", "CPU part"):
+        if fields.get(key):
+            return fields[key]
+    return platform.processor() or platform.machine()
+
+
 def int8_weights_warning(artifact: Path, here: CpuIsa | None = None) -> str | None:
     """Why this INT8 ONNX artifact's outputs will drift on this CPU, or None.
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edged.backends import isa
 from edged.errors import ArtifactError
 
 log = logging.getLogger("edged.backends.onnxruntime")
@@ -51,23 +52,13 @@ def key_path(cache: Path) -> Path:
     return cache.with_name(cache.name + ".key.json")
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "Model", "CPU part")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def make_key(source: Path, ort_version: str, settings: dict[str, Any]) -> dict[str, Any]:
     st = source.stat()
     return {
         "format": FORMAT,
         "onnxruntime": ort_version,
         "machine": platform.machine(),
-        "cpu": _cpu_model(),
+        "cpu": isa.cpu_name(),
         "source": {"path": str(source.resolve()), "size": st.st_size,
                    "mtime_ns": st.st_mtime_ns},
         "session_options": settings,

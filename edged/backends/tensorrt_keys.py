@@ -8,7 +8,7 @@ so the daemon never has to rebuild a plan on the request path; putting them in t
 sidecar lets the backend refuse a plan for another device before TensorRT tries.
 
 Pure code: no TensorRT or CUDA import, so the compile step, the backend, the tests
-and ``scripts/device-check`` share it on any machine.
+and ``scripts/ops/device-check`` share it on any machine.
 """
 
 from __future__ import annotations

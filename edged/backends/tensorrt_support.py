@@ -160,7 +160,7 @@ def import_tensorrt() -> Any:
 def probe(device: int = 0) -> tuple[bool, str]:
     """Is TensorRT + a usable CUDA device present here, and if not, why not?
 
-    Used to skip GPU tests, by ``scripts/device-check`` and by the compile CLI. Creates
+    Used to skip GPU tests, by ``scripts/ops/device-check`` and by the compile CLI. Creates
     (and drops) a ``trt.Runtime`` because that is the call that fails without a GPU.
     """
     try:

@@ -75,7 +75,7 @@ class _Reader:
         raise NotImplementedError
 
 
-def _preprocessed(src: Path, tmp: Path) -> Path:
+def _preprocessed(src: Path, tmp: Path, symbolic: bool = True) -> Path:
     """Shape inference + fusions ORT recommends before quantizing (into ``tmp``).
 
     Called with ``tmp`` as the current directory (``_in_temp_dir``): when ORT's symbolic
@@ -86,9 +86,12 @@ def _preprocessed(src: Path, tmp: Path) -> Path:
 
     pre = tmp / "pre.onnx"
     try:
-        quant_pre_process(str(src), str(pre))
+        if symbolic:
+            quant_pre_process(str(src), str(pre))
+            return pre
     except Exception:  # symbolic shape inference fails on some graphs: retry without it
-        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+        pass
+    quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
     return pre
 
 
@@ -108,6 +111,7 @@ def to_int8_static(
     src: Path, out: Path, input_name: str, calib: np.ndarray, *, method: str = "minmax",
     batch: int = 16, progress: bool = True, symmetric: bool = False,
     reduce_range: bool = False, op_types: list[str] | None = None,
+    nodes_to_exclude: list[str] | None = None, pre_process: str = "auto",
 ) -> Path:
     """QDQ, U8 activations, per-channel S8 weights (7-bit with ``reduce_range``),
     calibrated on ``calib``.
@@ -120,7 +124,17 @@ def to_int8_static(
     exported box/score decode (sigmoid, grid offsets, stride multiplies, concat) loses
     almost all its resolution in 8 bits (the trained digit detector fell from mAP@0.5
     91.8 to 83.1 with everything quantized, and kept 91.7 with Conv only).
+
+    ``nodes_to_exclude``: these nodes stay float32 (a decode tail found by name).
+
+    ``pre_process``: ``"auto"`` runs ORT's ``quant_pre_process`` and retries without
+    symbolic shape inference when that fails; ``"no_symbolic"`` skips symbolic shape
+    inference from the start (what the shipped models were built with);
+    ``"none"`` quantizes ``src`` as it is (graphs with ``Loop`` bodies, which the
+    pre-processing does not handle).
     """
+    if pre_process not in ("auto", "no_symbolic", "none"):
+        raise ValueError(f"pre_process must be auto, no_symbolic or none, not {pre_process!r}")
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -140,13 +154,14 @@ def to_int8_static(
 
     src, out = src.resolve(), out.resolve()
     with _in_temp_dir() as td:
-        pre = _preprocessed(src, td)
+        pre = src if pre_process == "none" else _preprocessed(src, td, pre_process == "auto")
         quantize_static(
             str(pre), str(out), Reader(input_name, calib, batch, progress),
             quant_format=QuantFormat.QDQ, per_channel=True,
             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
             weight_type=QuantType.QInt8, calibrate_method=methods[method],
             reduce_range=reduce_range, op_types_to_quantize=op_types,
+            nodes_to_exclude=nodes_to_exclude,
             extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
                            "QuantizeBias": False} if symmetric else None,
         )

@@ -8,7 +8,7 @@ with its README's trip point (65 °C) and the first-order forecast on (``forecas
 The table lines are the figures docs/governor.md records per shipped
 trace; rerun this after changing the policy and paste them there.
 
-    python scripts/plot_governor_replay.py          # needs the plot extra (matplotlib)
+    python scripts/docs/plot_governor_replay.py          # needs the plot extra (matplotlib)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "examples" / "traces"
 IMAGE = ROOT / "docs" / "images" / "governor-replay.png"
 CONFIG = '[governor]\nforecast_s = 30\nforecast_model = "first_order"\n'

@@ -10,7 +10,7 @@ presented as recordings. The plant is a sum of two first-order responses — a f
 overshoot at a load step; readings are quantised like the real sensors (1 °C on a Pi,
 tegrastats' 0.5 °C-ish on a Jetson) with seeded noise.
 
-    python scripts/make_synthetic_traces.py            # rewrites examples/traces/synthetic-*
+    python scripts/models/make_synthetic_traces.py            # rewrites examples/traces/synthetic-*
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import random
 from datetime import datetime, timedelta
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "examples" / "traces"
+OUT = Path(__file__).resolve().parents[2] / "examples" / "traces"
 
 
 def two_pole(load: list[float], dt: float, ambient: float, fast_k: float, fast_tau: float,
@@ -53,7 +53,7 @@ def pi4_heatup(rng: random.Random) -> str:
         slow += (27.0 * eff - slow) * (1 - math.exp(-1 / 150.0))
         temps.append(48.5 + fast + slow + rng.gauss(0, 0.45))
         marks.append(int(capped))
-    rows = ["# SYNTHETIC trace (not a recording): scripts/make_synthetic_traces.py",
+    rows = ["# SYNTHETIC trace (not a recording): scripts/models/make_synthetic_traces.py",
             "t_s,cpu-thermal_c,throttled"]
     rows += [f"{i},{round(v)},{m}" for i, (v, m) in enumerate(zip(temps, marks, strict=True))]
     return "\n".join(rows) + "\n"

@@ -30,10 +30,10 @@ Formats:
 
 Usage::
 
-    python scripts/convert_trace.py sbc-bench results-1MFf.txt -o out.csv \\
+    python scripts/models/convert_trace.py sbc-bench results-1MFf.txt -o out.csv \\
         --zone soc --comment "source: ..." --comment "licence: ..."
-    curl -sL URL | python scripts/convert_trace.py sbc-bench - > out.csv
-    python scripts/convert_trace.py pi-csv data/stress.csv -o out.csv --zone cpu-thermal
+    curl -sL URL | python scripts/models/convert_trace.py sbc-bench - > out.csv
+    python scripts/models/convert_trace.py pi-csv data/stress.csv -o out.csv --zone cpu-thermal
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def sbc_bench_csv(lines: Iterable[str], zone: str, comments: list[str]) -> str:
     if not rows:
         raise SystemExit("convert_trace: no 'System health while running' rows found")
     out = [f"# {c}" for c in comments]
-    out.append(f"# converted by scripts/convert_trace.py sbc-bench: {len(rows)} monitoring rows; "
-               "gaps between benchmark tables are not sampled")
+    out.append(f"# converted by scripts/models/convert_trace.py sbc-bench: {len(rows)} "
+               "monitoring rows; gaps between benchmark tables are not sampled")
     out.append(f"t_s,{zone}_c")
     day = 0
     prev_sod: int | None = None
@@ -114,7 +114,7 @@ def pi_csv(lines: Iterable[str], zone: str, comments: list[str]) -> str:
         raise SystemExit(f"convert_trace: pi-csv: missing column(s) {sorted(missing)}")
     rows = list(reader)
     out = [f"# {c}" for c in comments]
-    out.append(f"# converted by scripts/convert_trace.py pi-csv: {len(rows)} rows; "
+    out.append(f"# converted by scripts/models/convert_trace.py pi-csv: {len(rows)} rows; "
                "throttled = get_throttled & 0xE (capped|throttled|soft limit, now) != 0")
     out.append(f"t_s,{zone}_c,throttled")
     for r in rows:

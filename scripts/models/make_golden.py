@@ -6,7 +6,7 @@ committed under ``models/`` (digits: the first validation images; person: scikit
 sample photos, not the ones the tests check; digits-det: held-out scenes).
 Re-run it after changing an artifact:
 
-    .venv/bin/python scripts/make_golden.py
+    .venv/bin/python scripts/models/make_golden.py
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from edged.backends import backend_module  # noqa: E402

@@ -9,11 +9,11 @@ from the cached optimized graph with optimization off.
 
 The model: ``--model PATH``, else MobileNetV2 (224x224, 1000 classes, random
 weights, BatchNorm folded) written here with onnx.helper, the same architecture as
-``scripts/make_bench_models.py`` but without needing torch.
+``scripts/models/make_bench_models.py`` but without needing torch.
 
 Usage::
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/bench_ort_cache.py [--model M.onnx] [--runs 7]
+    PYTHONPATH=$PWD .venv/bin/python scripts/bench/bench_ort_cache.py [--model M.onnx] [--runs 7]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ alternate, so both see the same background load.
 Usage::
 
     python3 -m venv /tmp/lsvenv && /tmp/lsvenv/bin/pip install litserve onnxruntime numpy
-    .venv/bin/python scripts/bench_litserve.py --litserve-python /tmp/lsvenv/bin/python \\
+    .venv/bin/python scripts/bench/bench_litserve.py --litserve-python /tmp/lsvenv/bin/python \\
         --model .cache/bench-models/mobilenetv2-fp32.onnx [--clients 8] [--rounds 3]
 """
 

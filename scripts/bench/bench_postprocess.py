@@ -13,7 +13,7 @@ Why: on Jetson-class devices post-processing costs as much as inference (Ultraly
 
 The two headline cases are interleaved (one run of each per round) so load changes
 hit both alike; the flat stress case runs afterwards on its own.
-Usage: ``nice python scripts/bench_postprocess.py [--runs 3000] [--objects 30]
+Usage: ``nice python scripts/bench/bench_postprocess.py [--runs 3000] [--objects 30]
 [--only CASE]``.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from edged.detect.config import PostprocessConfig  # noqa: E402

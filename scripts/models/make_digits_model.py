@@ -19,13 +19,15 @@ plus ``samples/`` (held-out images as PNG/JPEG), ``validation.npz`` (the held-ou
 set), ``model.json`` (I/O names, labels, preprocessing, accuracy, the validation
 data `edged compile` uses) and ``README.md``.
 
-Torch is a build-time tool only; edged never imports it.
+Torch is a build-time tool only; edged never imports it. Quantization, the session
+and timing are edged's own (``edged.compile.ort_steps``, ``edged.backends.onnxruntime``,
+``edged.compile.bench``), imported from this checkout.
 
 Usage::
 
     .venv/bin/pip install torch==2.13.0     # once; CPU wheel
-    .venv/bin/python scripts/make_digits_model.py            # build everything
-    .venv/bin/python scripts/make_digits_model.py --latency-only   # re-measure latency
+    .venv/bin/python scripts/models/make_digits_model.py            # build everything
+    .venv/bin/python scripts/models/make_digits_model.py --latency-only   # re-measure latency
 """
 
 from __future__ import annotations
@@ -33,11 +35,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import tempfile
+import sys
 import time
-import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,18 +44,18 @@ import cv2
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnxruntime.quantization import (
-    CalibrationDataReader,
-    CalibrationMethod,
-    QuantFormat,
-    QuantType,
-    quantize_static,
-)
-from onnxruntime.quantization.shape_inference import quant_pre_process
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from builder_support import build_and_publish, export_torch, save_checked  # noqa: E402
+from builder_support import cost as builder_cost  # noqa: E402
+
+from edged.backends.isa import cpu_name  # noqa: E402
+from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
+from edged.compile.bench import measure  # noqa: E402
+from edged.compile.ort_steps import to_int8_static  # noqa: E402
+
 OUT_DIR = ROOT / "models" / "digits"
 SEED = 20260
 SIZE = 28
@@ -98,6 +97,9 @@ class Split:
 
 def load_split() -> Split:
     """Stratified 75/25 split with a fixed seed, so the held-out set never changes."""
+    from sklearn.datasets import load_digits  # the build's tools; --latency-only needs neither
+    from sklearn.model_selection import train_test_split
+
     ds = load_digits()
     x = upscale(ds.images)
     y = ds.target.astype(np.int64)
@@ -147,26 +149,7 @@ def build_net(kind: str):  # -> torch.nn.Module (torch imported lazily)
 
 def cost(net) -> tuple[int, int]:
     """(parameters, multiply-accumulates per image) of a net, for the README."""
-    import torch
-    from torch import nn
-
-    macs = 0
-
-    def hook(mod: nn.Module, _inp: tuple, out: torch.Tensor) -> None:
-        nonlocal macs
-        if isinstance(mod, nn.Conv2d):
-            k = mod.kernel_size[0] * mod.kernel_size[1] * mod.in_channels // mod.groups
-            macs += out.numel() * k
-        elif isinstance(mod, nn.Linear):
-            macs += out.numel() * mod.in_features
-
-    handles = [m.register_forward_hook(hook) for m in net.modules()]
-    with torch.no_grad():
-        net.eval()(torch.zeros(1, 1, SIZE, SIZE))
-    for h in handles:
-        h.remove()
-    params = sum(p.numel() for p in net.parameters())
-    return params, macs
+    return builder_cost(net, (1, 1, SIZE, SIZE))
 
 
 def shift_batch(x: np.ndarray, rng: np.random.Generator, max_shift: int = 2) -> np.ndarray:
@@ -222,72 +205,28 @@ def train(kind: str, split: Split, epochs: int, seed: int):
 
 
 def export_onnx(net, path: Path) -> None:
-    """Export with a symbolic batch dim ``N``; BatchNorm is folded (eval mode).
-
-    Why the TorchScript exporter (``dynamo=False``): the default torch.export-based
-    exporter needs onnxscript, which is not installed here, and the legacy one folds
-    BatchNorm into Conv and gives plain opset-17 graphs that every backend reads.
-    """
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            net,
-            (torch.zeros(1, 1, SIZE, SIZE),),
-            str(path),
-            dynamo=False,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {0: BATCH_DIM}, OUTPUT_NAME: {0: BATCH_DIM}},
-            opset_version=OPSET,
-            do_constant_folding=True,
-        )
-    model = onnx.load(str(path))
-    model.doc_string = "edged digits classifier; see models/digits/README.md"
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
+    """Export with a symbolic batch dim ``N`` (``builder_support.export_torch``)."""
+    model = export_torch(net, path, (1, 1, SIZE, SIZE), INPUT_NAME, OUTPUT_NAME, BATCH_DIM,
+                         OPSET, "edged digits classifier; see models/digits/README.md")
+    save_checked(model, path)
 
 
 # ------------------------------------------------------------------------ quantize
 
 
-class _Calibration(CalibrationDataReader):
-    """Calibration batches from training images (never the held-out set)."""
-
-    def __init__(self, x_u8: np.ndarray, batch: int = 32) -> None:
-        self._it: Iterator[dict[str, np.ndarray]] = (
-            {INPUT_NAME: to_input(x_u8[i : i + batch])} for i in range(0, len(x_u8), batch)
-        )
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self._it, None)
-
-
 def quantize_int8(src: Path, dst: Path, calib_u8: np.ndarray) -> None:
-    """Static QDQ quantization: per-channel S8 weights, U8 activations, MinMax calibration.
+    """``edged compile``'s static INT8 (``to_int8_static``): QDQ, per-channel S8 weights,
+    U8 activations, MinMax calibration on training images.
 
     Why QDQ/U8: on x86 ORT fuses QDQ into int8 kernels (about 1.45x faster), whereas
     QOperator S8S8 and dynamic quantization were ~5x *slower* (research §3.4);
     TensorRT also consumes QDQ as explicit quantization.
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        pre = Path(tmp) / "pre.onnx"
-        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-        quantize_static(
-            str(pre),
-            str(dst),
-            _Calibration(calib_u8),
-            quant_format=QuantFormat.QDQ,
-            per_channel=True,
-            activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-            # 7-bit weights: x86 CPUs without VNNI (AVX2 only) saturate U8xS8 products in
-            # ORT's int8 kernels; with 8-bit weights the held-out accuracy fell from 99.56%
-            # to 98.44% on such a CPU (ORT 1.32). 7 bits are exact everywhere.
-            reduce_range=True,
-        )
+    # 7-bit weights (reduce_range): x86 CPUs without VNNI (AVX2 only) saturate U8xS8
+    # products in ORT's int8 kernels; with 8-bit weights the held-out accuracy fell from
+    # 99.56% to 98.44% on such a CPU (ORT 1.32). 7 bits are exact everywhere.
+    to_int8_static(src, dst, INPUT_NAME, to_input(calib_u8), batch=32, progress=False,
+                   reduce_range=True, pre_process="no_symbolic")
     model = onnx.load(str(dst))
     model.doc_string = "edged digits classifier, int8 QDQ; see models/digits/README.md"
     onnx.checker.check_model(model)
@@ -298,11 +237,8 @@ def quantize_int8(src: Path, dst: Path, calib_u8: np.ndarray) -> None:
 
 
 def session(path: Path, threads: int = 0) -> ort.InferenceSession:
-    """A CPU session; ``threads`` 0 lets ORT choose."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    """The daemon's CPU session (``threads`` 0 lets ORT choose)."""
+    return OnnxRuntimeBackend(path, Options(threads=threads)).session
 
 
 def accuracy(path: Path, x_u8: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
@@ -329,36 +265,18 @@ def check_io(path: Path, x_u8: np.ndarray) -> None:
         assert logits.shape == (n, 10) and logits.dtype == np.float32, logits.shape
 
 
-def latency_ms(path: Path, runs: int = 400, threads: int = 1) -> dict[str, float]:
-    """Batch-1 latency in ms (median and p90 of ``runs`` timed calls after warm-up).
-
-    Why one intra-op thread by default: it is the least noisy on a small shared
-    machine and what an edge device running several models typically gives each.
-    """
-    sess = session(path, threads)
-    x = np.random.default_rng(0).random((1, 1, SIZE, SIZE), dtype=np.float32)
-    feed = {INPUT_NAME: x}
-    for _ in range(50):
-        sess.run([OUTPUT_NAME], feed)
-    times = np.empty(runs)
-    for i in range(runs):
-        t0 = time.perf_counter()
-        sess.run([OUTPUT_NAME], feed)
-        times[i] = time.perf_counter() - t0
-    return {
-        "median": float(np.median(times) * 1e3),
-        "p90": float(np.percentile(times, 90) * 1e3),
-    }
-
-
 def measure_latencies(out: Path) -> dict[str, dict[str, float]]:
-    """Latency of every variant, interleaved in rounds so load spikes hit all alike."""
-    res: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
-    for _ in range(3):
-        for v in VARIANTS:
-            res[v].append(latency_ms(out / f"{v}.onnx"))
-    # Best round's median: the least disturbed by other processes on this machine.
-    return {v: min(r, key=lambda d: d["median"]) for v, r in res.items()}
+    """Batch-1 latency (p50, p90) of every variant, 1 intra-op thread, timed by
+    ``edged.compile.bench`` (what ``edged compile`` records for a ladder).
+
+    Why one intra-op thread: it is the least noisy on a small shared machine and what
+    an edge device running several models typically gives each.
+    """
+    res = {}
+    for v in VARIANTS:
+        s = measure(OnnxRuntimeBackend(out / f"{v}.onnx", Options(threads=1)), 1, runs=400)
+        res[v] = {"median": s.latency_ms_p50, "p90": s.latency_ms_p90}
+    return res
 
 
 # ------------------------------------------------------------------------ samples
@@ -429,17 +347,6 @@ def preprocess_file(path: Path) -> np.ndarray:
 # ------------------------------------------------------------------------- report
 
 
-def cpu_name() -> str:
-    """The CPU model as the kernel names it (platform.processor() is empty on Linux)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def model_json(acc: dict[str, float]) -> dict:
     """Machine-readable facts a config/compile step needs; mirrors README's prose."""
     return {
@@ -489,12 +396,12 @@ repository and real enough to test against. Three variants form the governor's
 ladder, heaviest first: `cnn-fp32` → `cnn-int8` → `small-fp32`.
 
 *This file, `model.json`, the `.onnx` files, `validation.npz` and `samples/` are
-all written by `scripts/make_digits_model.py`; edit the script, not the outputs.*
+all written by `scripts/models/make_digits_model.py`; edit the script, not the outputs.*
 
 ## How it was made
 
     .venv/bin/pip install torch==2.13.0     # build-time only; edged never imports torch
-    .venv/bin/python scripts/make_digits_model.py
+    .venv/bin/python scripts/models/make_digits_model.py
 
 Deterministic (fixed seeds; two runs gave byte-identical files), about a minute
 on 2 CPU cores. Tools: torch {torch.__version__}, onnx {onnx.__version__},
@@ -526,7 +433,8 @@ convolutions at export (eval mode, TorchScript exporter, opset {OPSET}).
 - `cnn-fp32.onnx`: the `cnn` network, float32.
 - `cnn-int8.onnx`: `cnn-fp32` after ONNX Runtime static quantization: QDQ format,
   per-channel S8 weights, U8 activations, MinMax calibration on the training
-  images (`quant_pre_process(skip_symbolic_shape=True)` first).
+  images (`quant_pre_process(skip_symbolic_shape=True)` first), 7-bit weights
+  (`reduce_range`), with `edged/compile/ort_steps.to_int8_static`.
 - `small-fp32.onnx`: the `small` network, float32: the cheapest rung.
 
 ## Interface
@@ -551,7 +459,7 @@ machine-readable, are in `model.json`.
 Top-1 accuracy on the {n_test} held-out images; batch-1 latency with ONNX
 Runtime {ort.__version__} on the build machine's CPU (`{cpu}`, {os.cpu_count()} vCPUs,
 shared: 1-minute load average {load1:.1f} while measuring), 1 intra-op thread,
-median and p90 of 400 calls after 50 warm-up calls, best of 3 interleaved rounds.
+p50 and p90 of 400 calls in `edged.compile.bench`'s three rounds.
 Treat them as relative costs of the rungs, not as a device's numbers:
 
 | variant | accuracy | size | batch-1 median ms | p90 ms |
@@ -560,7 +468,7 @@ Treat them as relative costs of the rungs, not as a device's numbers:
 
 Re-measure latency on your machine (no torch needed):
 
-    .venv/bin/python scripts/make_digits_model.py --latency-only
+    .venv/bin/python scripts/models/make_digits_model.py --latency-only
 
 ## Samples
 
@@ -632,22 +540,6 @@ def build(out: Path, epochs: int) -> int:
 
 
 
-def publish(build_dir: Path, out: Path) -> None:
-    """Move the built files into ``out`` one atomic rename at a time.
-
-    Why: the daemon and other tests may be reading ``models/digits`` while it is
-    rebuilt; a rename never shows a reader a half-written model. Samples from an
-    older build that this one did not write are removed.
-    """
-    (out / "samples").mkdir(parents=True, exist_ok=True)
-    new = {p.relative_to(build_dir) for p in build_dir.rglob("*") if p.is_file()}
-    for rel in sorted(new):
-        os.replace(build_dir / rel, out / rel)
-    for old in (out / "samples").glob("digit*"):
-        if old.relative_to(out) not in new:
-            old.unlink()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="output directory")
@@ -668,18 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(SEED)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
 
-    t_start = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    # Build beside the target (same file system, so publish() can rename atomically).
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".digits-build-") as tmp:
-        build_dir = Path(tmp)
-        rc = build(build_dir, args.epochs)
-        if rc != 0:
-            print(f"nothing published; {out} unchanged")
-            return rc
-        publish(build_dir, out)
-    print(f"done in {time.perf_counter() - t_start:.1f} s -> {out}")
-    return 0
+    return build_and_publish(out, lambda d: build(d, args.epochs), "digit*")
 
 
 if __name__ == "__main__":

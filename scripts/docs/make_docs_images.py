@@ -5,8 +5,8 @@ Why a script: a picture in the docs must show what the committed model really
 does, and be rebuilt when the model changes, not edited by hand. One function per
 image, registered in ``SECTIONS`` under a short name; run all of them or name some::
 
-    .venv/bin/python scripts/make_docs_images.py            # every section
-    .venv/bin/python scripts/make_docs_images.py person     # only these
+    .venv/bin/python scripts/docs/make_docs_images.py            # every section
+    .venv/bin/python scripts/docs/make_docs_images.py person     # only these
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "docs" / "images"
 
 

@@ -27,23 +27,24 @@ Torch is a build-time tool only; edged never imports it. Run in a throwaway venv
 
     python3 -m venv /tmp/detvenv
     /tmp/detvenv/bin/pip install torch==2.13.0 onnx onnxruntime numpy scikit-learn \
-        opencv-python-headless pycocotools
-    /tmp/detvenv/bin/python scripts/make_detector_model.py
-    /tmp/detvenv/bin/python scripts/make_detector_model.py --eval-only   # no torch needed
+        opencv-python-headless pycocotools tqdm
+    /tmp/detvenv/bin/python scripts/models/make_detector_model.py
+    /tmp/detvenv/bin/python scripts/models/make_detector_model.py --eval-only   # no torch needed
+
+Quantization, the YOLOv8 decode, NMS, mAP and timing are edged's own
+(``edged.compile.ort_steps``, ``edged.detect``, ``edged.compile.bench``), imported from
+this checkout, so the model card's figures are what ``edged compile`` and the daemon see.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
-import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,18 +52,21 @@ import cv2
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnxruntime.quantization import (
-    CalibrationDataReader,
-    CalibrationMethod,
-    QuantFormat,
-    QuantType,
-    quantize_static,
-)
-from onnxruntime.quantization.shape_inference import quant_pre_process
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from builder_support import build_and_publish, export_torch  # noqa: E402
+from builder_support import cost as builder_cost  # noqa: E402
+
+from edged.backends.isa import cpu_name  # noqa: E402
+from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
+from edged.compile.bench import measure  # noqa: E402
+from edged.compile.ort_steps import to_int8_static  # noqa: E402
+from edged.detect.decoders import DecodeParams, decode_yolov8  # noqa: E402
+from edged.detect.metrics_map import evaluate_map  # noqa: E402
+from edged.detect.nms import select  # noqa: E402
+
 OUT_DIR = ROOT / "models" / "digits-det"
 SEED = 20260
 SIZE = 160  # scene and main model input size (square)
@@ -102,9 +106,12 @@ MAX_DET = 100
 def digit_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Stratified 75/25 split of the 8x8 digits (values 0..16), same seed as ``digits``.
 
-    Why the same split as ``scripts/make_digits_model.py``: a digit held out there
+    Why the same split as ``scripts/models/make_digits_model.py``: a digit held out there
     is held out here too, so neither model's validation set leaks into the other.
     """
+    from sklearn.datasets import load_digits  # the build's tools; --eval-only needs neither
+    from sklearn.model_selection import train_test_split
+
     ds = load_digits()
     x_tr, x_te, y_tr, y_te = train_test_split(
         ds.images.astype(np.float32) / 16.0, ds.target.astype(np.int64),
@@ -433,23 +440,7 @@ def train(steps: int, batch: int, digits: np.ndarray, labels: np.ndarray, seed: 
 
 def cost(net, size: int) -> tuple[int, int]:
     """(parameters, multiply-accumulates per image) at ``size``, for the README."""
-    import torch
-    from torch import nn
-
-    macs = 0
-
-    def hook(mod: nn.Module, _inp: tuple, out: torch.Tensor) -> None:
-        nonlocal macs
-        if isinstance(mod, nn.Conv2d):
-            k = mod.kernel_size[0] * mod.kernel_size[1] * mod.in_channels // mod.groups
-            macs += out.numel() * k
-
-    handles = [m.register_forward_hook(hook) for m in net.modules()]
-    with torch.no_grad():
-        net.eval()(torch.zeros(1, 3, size, size))
-    for h in handles:
-        h.remove()
-    return sum(p.numel() for p in net.parameters()), macs
+    return builder_cost(net, (1, 3, size, size))
 
 
 def export_onnx(net, path: Path, size: int) -> None:
@@ -459,22 +450,14 @@ def export_onnx(net, path: Path, size: int) -> None:
     BatchNorm and writes a plain opset-17 graph every backend reads; the grid
     becomes a constant, so each resolution is its own file.
     """
-    import torch
 
     net.export_mode = True
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                net, (torch.zeros(1, 3, size, size),), str(path), dynamo=False,
-                input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                dynamic_axes={INPUT_NAME: {0: BATCH_DIM}, OUTPUT_NAME: {0: BATCH_DIM}},
-                opset_version=OPSET, do_constant_folding=True,
-            )  # fmt: skip
+        model = export_torch(net, path, (1, 3, size, size), INPUT_NAME, OUTPUT_NAME, BATCH_DIM,
+                             OPSET, "edged digits detector, YOLOv8 layout; see "
+                             "models/digits-det/README.md")
     finally:
         net.export_mode = False
-    model = onnx.load(str(path))
-    model.doc_string = "edged digits detector, YOLOv8 layout; see models/digits-det/README.md"
     meta = {
         "names": json.dumps(dict(enumerate(LABELS))), "stride": "16",
         "imgsz": f"[{size}, {size}]", "task": "detect", "output_layout": "yolov8",
@@ -490,18 +473,6 @@ def export_onnx(net, path: Path, size: int) -> None:
 
 
 # ------------------------------------------------------------------------ quantize
-
-
-class _Calibration(CalibrationDataReader):
-    """Calibration batches from training scenes (never the held-out set)."""
-
-    def __init__(self, x: np.ndarray, batch: int = 16) -> None:
-        self._it: Iterator[dict[str, np.ndarray]] = (
-            {INPUT_NAME: x[i : i + batch]} for i in range(0, len(x), batch)
-        )
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self._it, None)
 
 
 def decode_tail(model: onnx.ModelProto) -> list[str]:
@@ -528,19 +499,16 @@ def decode_tail(model: onnx.ModelProto) -> list[str]:
 
 
 def quantize_int8(src: Path, dst: Path, calib: np.ndarray) -> list[str]:
-    """Static QDQ quantization as ``edged/compile/ort_steps.to_int8_static`` does it
-    (per-channel S8 weights, U8 activations, MinMax), plus ``nodes_to_exclude`` for
-    the decode tail, which ``to_int8_static`` has no parameter for."""
+    """``edged compile``'s static INT8 (``to_int8_static``: QDQ, per-channel S8 weights,
+    U8 activations, MinMax) with the decode tail kept float32."""
     with tempfile.TemporaryDirectory() as tmp:
-        pre = Path(tmp) / "pre.onnx"
+        pre = Path(tmp) / "pre.onnx"  # the tail's names as the pre-processed graph has them
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
         quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
         tail = decode_tail(onnx.load(str(pre)))
-        quantize_static(
-            str(pre), str(dst), _Calibration(calib),
-            quant_format=QuantFormat.QDQ, per_channel=True,
-            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=tail,
-        )  # fmt: skip
+    to_int8_static(src, dst, INPUT_NAME, calib, progress=False, nodes_to_exclude=tail,
+                   pre_process="no_symbolic")
     model = onnx.load(str(dst))
     model.doc_string = "edged digits detector, int8 QDQ; see models/digits-det/README.md"
     onnx.checker.check_model(model)
@@ -552,86 +520,32 @@ def quantize_int8(src: Path, dst: Path, calib: np.ndarray) -> list[str]:
 
 
 def session(path: Path, threads: int = 0) -> ort.InferenceSession:
-    """A CPU session; ``threads`` 0 lets ORT choose."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    """The daemon's CPU session (``threads`` 0 lets ORT choose)."""
+    return OnnxRuntimeBackend(path, Options(threads=threads)).session
 
 
-def decode_yolov8(
-    out: np.ndarray, conf: float, iou: float, max_det: int
-) -> list[np.ndarray]:
-    """``[B,4+C,N]`` -> per image float32 ``[K,6]`` (x1,y1,x2,y2,score,class), best first.
-
-    YOLOv8-style: one class per grid point (the best), score threshold, per-class
-    NMS with ``cv2.dnn.NMSBoxesBatched``.
-    """
+def detections(out: np.ndarray, size: int, conf: float) -> list[np.ndarray]:
+    """``[B,4+C,N]`` at input ``size`` -> per scene ``[K,6]`` (x1,y1,x2,y2,score,class) in
+    scene pixels, best first: the daemon's YOLOv8 decoder and per-class NMS."""
+    params = DecodeParams(size, size)
     dets = []
     for o in out:
-        cls = o[4:].argmax(0)
-        score = np.take_along_axis(o[4:], cls[None], 0)[0]
-        keep = score > conf
-        cx, cy, w, h = o[:4, keep]
-        score, cls = score[keep], cls[keep]
-        xywh = np.stack((cx - w / 2, cy - h / 2, w, h), 1)
-        idx = cv2.dnn.NMSBoxesBatched(xywh.tolist(), score.tolist(), cls.tolist(), conf, iou)
-        idx = np.asarray(idx, np.int64).reshape(-1)
-        idx = idx[np.argsort(-score[idx], kind="stable")][:max_det]
-        d = np.empty((len(idx), 6), np.float32)
-        d[:, :2] = xywh[idx, :2]
-        d[:, 2:4] = xywh[idx, :2] + xywh[idx, 2:]
-        d[:, 4] = score[idx]
-        d[:, 5] = cls[idx]
-        dets.append(d)
+        c = select(decode_yolov8([o], conf, params), conf=conf, iou=EVAL_IOU, max_det=MAX_DET,
+                   agnostic=False, classes=None, max_candidates=params.max_candidates)
+        dets.append(np.column_stack((c.boxes * (SIZE / size), c.scores, c.classes))
+                    .astype(np.float32))
     return dets
 
 
-def coco_map50(
-    dets: list[np.ndarray], boxes: list[np.ndarray], classes: list[np.ndarray], size: int
-) -> float:
-    """mAP@0.5 (COCO 101-point, all areas, maxDets 100) with pycocotools.
-
-    Why pycocotools: the reference implementation; a hand-written AP is where
-    detection papers' numbers quietly drift.
-    """
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
-    images, anns, results = [], [], []
-    for i, (b, c, d) in enumerate(zip(boxes, classes, dets, strict=True)):
-        images.append({"id": i, "width": size, "height": size})
-        for (x1, y1, x2, y2), k in zip(b.tolist(), c.tolist(), strict=True):
-            anns.append({"id": len(anns) + 1, "image_id": i, "category_id": int(k),
-                         "bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1),
-                         "iscrowd": 0})  # fmt: skip
-        for x1, y1, x2, y2, s, k in d.tolist():
-            results.append({"image_id": i, "category_id": int(k),
-                            "bbox": [x1, y1, x2 - x1, y2 - y1], "score": s})  # fmt: skip
-    with contextlib.redirect_stdout(io.StringIO()):
-        gt = COCO()
-        cats = [{"id": k, "name": n} for k, n in enumerate(LABELS)]
-        gt.dataset = {"images": images, "annotations": anns, "categories": cats}
-        gt.createIndex()
-        dt = gt.loadRes(results) if results else COCO()
-        ev = COCOeval(gt, dt, "bbox")
-        ev.evaluate()
-        ev.accumulate()
-    prec = ev.eval["precision"][0, :, :, 0, -1]  # IoU 0.5, all recall, classes, area all, 100 dets
-    per_class = [p[p > -1].mean() for p in prec.T if (p > -1).any()]
-    return float(np.mean(per_class))
-
-
 def evaluate(path: Path, size: int, images: np.ndarray, boxes, classes) -> float:
-    """Held-out mAP@0.5 of one variant, in input-``size`` pixels mapped back to the scene."""
+    """Held-out mAP@0.5 of one variant (``edged.detect.metrics_map``, pycocotools)."""
     sess = session(path)
     dets: list[np.ndarray] = []
     for i in range(0, len(images), 16):
         (out,) = sess.run([OUTPUT_NAME], {INPUT_NAME: to_input(images[i : i + 16], size)})
-        for d in decode_yolov8(out, EVAL_CONF, EVAL_IOU, MAX_DET):
-            d[:, :4] *= SIZE / size
-            dets.append(d)
-    return coco_map50(dets, boxes, classes, SIZE)
+        dets += detections(out, size, EVAL_CONF)
+    truth = [np.column_stack((b, c)) for b, c in zip(boxes, classes, strict=True)]
+    return evaluate_map(dets, truth, MAX_DET).map50
 
 
 def check_io(path: Path, size: int) -> None:
@@ -649,42 +563,17 @@ def check_io(path: Path, size: int) -> None:
         assert y.shape == (b, 4 + NUM_CLASSES, n) and y.dtype == np.float32, y.shape
 
 
-def latency_ms(path: Path, size: int, batch: int, runs: int, threads: int = 1) -> float:
-    """Median latency in ms of ``runs`` timed calls after warm-up, 1 intra-op thread."""
-    sess = session(path, threads)
-    feed = {INPUT_NAME: np.random.default_rng(0).random((batch, 3, size, size), dtype=np.float32)}
-    for _ in range(10):
-        sess.run([OUTPUT_NAME], feed)
-    times = np.empty(runs)
-    for i in range(runs):
-        t0 = time.perf_counter()
-        sess.run([OUTPUT_NAME], feed)
-        times[i] = time.perf_counter() - t0
-    return float(np.median(times) * 1e3)
-
-
 def measure_latencies(out: Path) -> dict[str, dict[int, float]]:
-    """Batch 1 and 8 latency per variant, best of 5 interleaved rounds (shared machine)."""
-    res: dict[str, dict[int, list[float]]] = {v: {1: [], 8: []} for v in VARIANTS}
-    for _ in range(5):
-        for v, size in VARIANTS.items():
-            for b, runs in ((1, 200), (8, 40)):
-                res[v][b].append(latency_ms(out / f"{v}.onnx", size, b, runs))
-    return {v: {b: min(t) for b, t in r.items()} for v, r in res.items()}
+    """Batch-1 p50 and batch-8 median ms per variant, 1 intra-op thread, timed by
+    ``edged.compile.bench`` (what ``edged compile`` records for a ladder)."""
+    res = {}
+    for v in VARIANTS:
+        s = measure(OnnxRuntimeBackend(out / f"{v}.onnx", Options(threads=1)), 8, runs=200)
+        res[v] = {1: s.latency_ms_p50, 8: 8000.0 / s.throughput_per_s}
+    return res
 
 
 # ------------------------------------------------------------------------- report
-
-
-def cpu_name() -> str:
-    """The CPU model as the kernel names it (platform.processor() is empty on Linux)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def model_json(maps: dict[str, float]) -> dict:
@@ -762,7 +651,7 @@ Three variants form the ladder, heaviest first: `det-fp32` → `det-int8` →
 `det128-fp32`.
 
 *This file, `model.json`, the `.onnx` files, `val.npz` and `samples/` are all
-written by `scripts/make_detector_model.py`; edit the script, not the outputs.*
+written by `scripts/models/make_detector_model.py`; edit the script, not the outputs.*
 
 ## Interface
 
@@ -830,20 +719,20 @@ threads were 7x slower per step than one). BatchNorm folded at export
 
 **INT8** (`det-int8.onnx`): ONNX Runtime static quantization, QDQ, per-channel S8
 weights, U8 activations, MinMax calibration on {N_CALIB} *training* scenes
-(`quant_pre_process(skip_symbolic_shape=True)` first), as
-`edged/compile/ort_steps.to_int8_static` does it, **except** the {len(r.tail)}
-decode nodes after the predictor convs stay float32 (`nodes_to_exclude`): the output
+(`quant_pre_process(skip_symbolic_shape=True)` first) with
+`edged/compile/ort_steps.to_int8_static`, whose `nodes_to_exclude` keeps the {len(r.tail)}
+decode nodes after the predictor convs float32: the output
 concatenates boxes (0..160) with scores (0..1), and one U8 scale for both would
 quantize scores in steps of ~0.6. Any YOLOv8-layout export needs this exclusion.
 
 ## Accuracy, size, speed
 
 mAP@0.5 on `val.npz` with pycocotools (COCO 101-point interpolation, all areas,
-max 100 detections, mean over classes), after YOLOv8-style decode at conf 0.001
-and per-class NMS (`cv2.dnn.NMSBoxesBatched`, IoU 0.5); `det128` sees each scene
-resized to 128x128 and its boxes are scaled back. Latency with ONNX Runtime
-{ort.__version__}, 1 intra-op thread, median of 200 (batch 1) / 40 (batch 8) calls,
-best of 5 interleaved rounds, on the build machine's CPU (`{cpu_name()}`,
+max 100 detections, mean over classes; `edged.detect.metrics_map`), after the
+daemon's YOLOv8 decode at conf 0.001 and per-class NMS (`edged.detect`, IoU 0.5);
+`det128` sees each scene resized to 128x128 and its boxes are scaled back. Latency
+with ONNX Runtime {ort.__version__}, 1 intra-op thread, batch-1 p50 and batch-8 median
+over `edged.compile.bench`'s three rounds, on the build machine's CPU (`{cpu_name()}`,
 {os.cpu_count()} vCPUs, shared: load average {os.getloadavg()[0]:.1f}). Treat them as
 relative costs of the rungs:
 
@@ -862,9 +751,9 @@ used only when hot. INT8 costs {drop8:.1f} points.
 
     python3 -m venv /tmp/detvenv
     /tmp/detvenv/bin/pip install torch==2.13.0 onnx onnxruntime numpy scikit-learn \\
-        opencv-python-headless pycocotools
-    /tmp/detvenv/bin/python scripts/make_detector_model.py
-    /tmp/detvenv/bin/python scripts/make_detector_model.py --eval-only  # no torch
+        opencv-python-headless pycocotools tqdm
+    /tmp/detvenv/bin/python scripts/models/make_detector_model.py
+    /tmp/detvenv/bin/python scripts/models/make_detector_model.py --eval-only  # no torch
 
 Seeded and deterministic as far as torch allows (`use_deterministic_algorithms`).
 Tools: Python {platform.python_version()}, torch {torch.__version__}, onnx
@@ -1007,8 +896,7 @@ def build(
     right = [True] * N_VAL
     for v, size in VARIANTS.items():
         (y,) = session(out / f"{v}.onnx").run(None, {INPUT_NAME: to_input(val_imgs, size)})
-        for i, d in enumerate(decode_yolov8(y, 0.25, EVAL_IOU, MAX_DET)):
-            d[:, :4] *= SIZE / size
+        for i, d in enumerate(detections(y, size, 0.25)):
             right[i] = right[i] and scene_right(d, val_boxes[i], val_cls[i])
     samples = write_samples(out, val_imgs, val_boxes, right)
     lat = measure_latencies(out)
@@ -1033,18 +921,6 @@ def eval_only(out: Path) -> int:
     return 0
 
 
-def publish(build_dir: Path, out: Path) -> None:
-    """Move the built files into ``out`` one atomic rename at a time (readers never see
-    a half-written model); samples this build did not write are removed."""
-    (out / "samples").mkdir(parents=True, exist_ok=True)
-    new = {p.relative_to(build_dir) for p in build_dir.rglob("*") if p.is_file()}
-    for rel in sorted(new):
-        os.replace(build_dir / rel, out / rel)
-    for old in (out / "samples").glob("scene*"):
-        if old.relative_to(out) not in new:
-            old.unlink()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="output directory")
@@ -1065,16 +941,8 @@ def main(argv: list[str] | None = None) -> int:
     # One thread by default: on a busy shared machine OpenMP's barriers spin, and two
     # threads measured 7x *slower* per step than one (load average 7 on 2 cores).
     torch.set_num_threads(args.threads)
-    t_start = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".digits-det-build-") as tmp:
-        rc = build(Path(tmp), args.steps, args.batch, args.min_map, args.weights)
-        if rc != 0:
-            print(f"nothing published; {out} unchanged")
-            return rc
-        publish(Path(tmp), out)
-    print(f"done in {time.perf_counter() - t_start:.1f} s -> {out}")
-    return 0
+    return build_and_publish(
+        out, lambda d: build(d, args.steps, args.batch, args.min_map, args.weights), "scene*")
 
 
 if __name__ == "__main__":

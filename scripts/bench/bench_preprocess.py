@@ -8,7 +8,7 @@ Why separate from serving: this cost is paid on the daemon's decode pool per raw
 
 Usage::
 
-    .venv/bin/python scripts/bench_preprocess.py [--width 1280 --height 720] [--rounds 15]
+    .venv/bin/python scripts/bench/bench_preprocess.py [--width 1280 --height 720] [--rounds 15]
 """
 
 from __future__ import annotations

@@ -35,9 +35,9 @@ Reported:
 
 Usage::
 
-    .venv/bin/python scripts/bench_governor.py                # full run (~7 min)
-    .venv/bin/python scripts/bench_governor.py --quick        # ~1 min smoke run
-    .venv/bin/python scripts/bench_governor.py --json out.json
+    .venv/bin/python scripts/bench/bench_governor.py                # full run (~7 min)
+    .venv/bin/python scripts/bench/bench_governor.py --quick        # ~1 min smoke run
+    .venv/bin/python scripts/bench/bench_governor.py --json out.json
 
 Numbers on a shared machine include everybody else's load: the load average is
 recorded at the start and end.
@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from edged.harness import Daemon, machine_info  # noqa: E402

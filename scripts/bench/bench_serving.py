@@ -4,18 +4,20 @@
 What it measures (docs/benchmarks.md explains the targets and how to read them):
 
 Serving overhead, on one ONNX model (default: ``.cache/bench-models/mobilenetv2-fp32.onnx``,
-made by ``scripts/make_bench_models.py``):
+made by ``scripts/models/make_bench_models.py``):
 
-* raw in-process ONNX Runtime with the same session options as the daemon's variant
-  (intra-op threads, inter-op threads, graph optimisation, spinning): batch-1 latency
+* raw in-process ONNX Runtime, the session built by the daemon's own backend
+  (``edged.backends.onnxruntime``) from the variant's options (intra-op threads,
+  inter-op threads, graph optimisation, spinning): batch-1 latency
   p50/p99, and throughput for every batch size 1..max (the best one is the reference);
 * the daemon (``edged serve`` in a subprocess, generated config for that model): batch-1
   end-to-end latency of one client sending one request at a time, over ipc and tcp
   (DEALER, raw float32 tensors, reply header decoded and output wrapped, as a real
   client would). Raw and daemon latency are measured in interleaved rounds so that
   both see the same background load;
-* 8 concurrent client *processes* (each its own ZeroMQ context, a few requests in
-  flight): daemon throughput (img/s) and request latency p50/p99.
+* 8 concurrent client *processes* (``edged bench``'s load generator, each its own
+  ZeroMQ context, a few requests in flight; an unmeasured ramp first): daemon
+  throughput (img/s) and request latency p50/p99.
 
 Footprint, with the default ``config.toml`` (its endpoints/metrics/runtime dir moved
 aside so it cannot collide with another daemon):
@@ -29,9 +31,9 @@ aside so it cannot collide with another daemon):
 
 Usage::
 
-    .venv/bin/python scripts/bench_serving.py                       # full run (~5 min)
-    .venv/bin/python scripts/bench_serving.py --quick               # ~1 min smoke run
-    .venv/bin/python scripts/bench_serving.py --model m.onnx --json out.json
+    .venv/bin/python scripts/bench/bench_serving.py                       # full run (~5 min)
+    .venv/bin/python scripts/bench/bench_serving.py --quick               # ~1 min smoke run
+    .venv/bin/python scripts/bench/bench_serving.py --model m.onnx --json out.json
 
 The machine should be otherwise idle: on a 2-core device every other process shows up
 in both the raw and the daemon numbers (the load average is recorded in the JSON).
@@ -42,7 +44,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing as mp
 import os
 import shutil
 import statistics
@@ -51,16 +52,19 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from edged.backends.base import TensorSpec, zero_feeds  # noqa: E402
+from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
+from edged.bench import drive  # noqa: E402
+from edged.client.messages import build_infer  # noqa: E402
 from edged.harness import Daemon, machine_info, percentile_ms  # noqa: E402
 
 DEFAULT_MODEL = ROOT / ".cache" / "bench-models" / "mobilenetv2-fp32.onnx"
@@ -78,66 +82,19 @@ MB = 1024.0 * 1024.0
 
 # == raw ONNX Runtime ======================================================================
 
-@dataclass(frozen=True)
-class OrtSettings:
-    """The variant's ``[models.variants.options]`` that shape a CPU session."""
-
-    threads: int = 2
-    inter_op_threads: int = 1
-    graph_optimization_level: str = "all"
-    allow_spinning: bool = False
-
-
-def make_session(path: Path, s: OrtSettings) -> Any:
-    """An InferenceSession built exactly as edged/backends/onnxruntime.py builds one."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = {
-        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }[s.graph_optimization_level]
-    so.intra_op_num_threads = s.threads
-    so.inter_op_num_threads = s.inter_op_threads
-    so.log_severity_level = 3
-    spin = "1" if s.allow_spinning else "0"
-    so.add_session_config_entry("session.intra_op.allow_spinning", spin)
-    so.add_session_config_entry("session.inter_op.allow_spinning", spin)
-    return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+def feeds_for(specs: Sequence[TensorSpec], batch: int) -> dict[str, np.ndarray]:
+    """Standard-normal floats (zeros for other dtypes), one seed per input."""
+    feeds = zero_feeds(list(specs), batch)
+    for i, (k, v) in enumerate(feeds.items()):
+        if v.dtype.kind == "f":
+            rng = np.random.default_rng(i)
+            feeds[k] = rng.standard_normal(v.shape, dtype=np.float32).astype(v.dtype)
+    return feeds
 
 
-_NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16,
-             "tensor(double)": np.float64, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8,
-             "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_}
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    name: str
-    dtype: str
-    item_shape: tuple[int, ...]  # without the batch dimension
-
-    def array(self, batch: int, seed: int = 0) -> np.ndarray:
-        rng = np.random.default_rng(seed)
-        shape = (batch, *self.item_shape)
-        dt = np.dtype(self.dtype)
-        if dt.kind == "f":
-            return rng.standard_normal(shape, dtype=np.float32).astype(dt)
-        return np.zeros(shape, dtype=dt)
-
-
-def session_inputs(sess: Any) -> list[InputSpec]:
-    specs = []
-    for a in sess.get_inputs():
-        dims = [d if isinstance(d, int) and d >= 0 else 1 for d in a.shape[1:]]
-        specs.append(InputSpec(a.name, np.dtype(_NP_TYPES[a.type]).name, tuple(dims)))
-    return specs
-
-
-def feeds_for(specs: Sequence[InputSpec], batch: int) -> dict[str, np.ndarray]:
-    return {s.name: s.array(batch, seed=i) for i, s in enumerate(specs)}
+def item_shape(s: TensorSpec) -> tuple[int, ...]:
+    """An input's shape without the batch dimension (dynamic dims as 1)."""
+    return tuple(d if d >= 0 else 1 for d in s.shape[1:])
 
 
 def raw_latency_block(sess: Any, feeds: dict[str, np.ndarray], n: int) -> list[float]:
@@ -150,7 +107,7 @@ def raw_latency_block(sess: Any, feeds: dict[str, np.ndarray], n: int) -> list[f
     return out
 
 
-def raw_throughput(sess: Any, specs: Sequence[InputSpec], batch: int, seconds: float,
+def raw_throughput(sess: Any, specs: Sequence[TensorSpec], batch: int, seconds: float,
                    min_iters: int = 5) -> float:
     feeds = feeds_for(specs, batch)
     for _ in range(2):
@@ -167,12 +124,12 @@ def raw_throughput(sess: Any, specs: Sequence[InputSpec], batch: int, seconds: f
 
 # == the daemon ============================================================================
 
-def bench_config(model: Path, settings: OrtSettings, max_batch: int, max_delay_ms: float,
+def bench_config(model: Path, settings: Options, max_batch: int, max_delay_ms: float,
                  governor: bool, auto_batch: bool = False) -> str:
     """A config serving ``model`` as model "bench" with one ORT variant."""
     gov = ('[governor]\nenabled = true\nsysfs_root = "/"\ninterval_s = 1.0\nlevels = "auto"\n'
            if governor else "[governor]\nenabled = false\n")
-    return f"""# generated by scripts/bench_serving.py
+    return f"""# generated by scripts/bench/bench_serving.py
 [server]
 drain_timeout_s = 5.0
 log_level = "info"
@@ -201,9 +158,9 @@ allow_spinning = {"true" if settings.allow_spinning else "false"}
 {gov}"""
 
 
-def infer_header(model: str, specs: Sequence[InputSpec], batch: int) -> tuple[bytes, bytes]:
+def infer_header(model: str, specs: Sequence[TensorSpec], batch: int) -> tuple[bytes, bytes]:
     """Prefix/suffix of a request header around its integer id (built once per client)."""
-    inputs = [{"name": s.name, "dtype": s.dtype, "shape": [batch, *s.item_shape]}
+    inputs = [{"name": s.name, "dtype": s.dtype.name, "shape": [batch, *item_shape(s)]}
               for s in specs]
     rest = json.dumps({"op": "infer", "model": model, "inputs": inputs},
                       separators=(",", ":")).encode()
@@ -223,7 +180,7 @@ def _decode_ok(frames: list[Any]) -> dict[str, Any]:
 class LatencyClient:
     """One DEALER socket sending one request at a time (what a camera loop does)."""
 
-    def __init__(self, endpoint: str, model: str, specs: Sequence[InputSpec]) -> None:
+    def __init__(self, endpoint: str, model: str, specs: Sequence[TensorSpec]) -> None:
         import zmq
 
         self.ctx = zmq.Context()
@@ -258,94 +215,21 @@ class LatencyClient:
         self.ctx.term()
 
 
-def load_worker(endpoint: str, model: str, specs: list[InputSpec], inflight: int,
-                go: Any, t_go: Any, t_end: Any, ready: Any, results: Any, seed: int) -> None:
-    """One client process: keeps ``inflight`` requests outstanding until ``t_end``."""
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
-    pre, post = infer_header(model, specs, 1)
-    frames = [np.ascontiguousarray(s.array(1, seed=seed + i)) for i, s in enumerate(specs)]
-    sent: dict[int, float] = {}
-    nid = 0
-
-    def send() -> None:
-        nonlocal nid
-        nid += 1
-        sent[nid] = time.monotonic()
-        sock.send_multipart([pre + str(nid).encode() + post, *frames], copy=False)
-
-    err = ""
-    try:
-        for _ in range(3):  # warm-up: connection set up, first replies
-            send()
-            if not sock.poll(60000):
-                raise RuntimeError("no warm-up reply within 60 s")
-            _decode_ok(sock.recv_multipart(copy=False))
-        sent.clear()
-        ready.put(seed)
-        go.wait()
-        end = t_end.value
-        t_send: list[float] = []
-        t_recv: list[float] = []
-        for _ in range(inflight):
-            send()
-        while sent:
-            if not sock.poll(30000):
-                raise RuntimeError("no reply within 30 s")
-            h = _decode_ok(sock.recv_multipart(copy=False))
-            now = time.monotonic()
-            t_send.append(sent.pop(int(h["id"])))
-            t_recv.append(now)
-            if now < end:
-                send()
-    except Exception as e:  # report, never hang the parent
-        err = f"{type(e).__name__}: {e}"
-        t_send, t_recv = [], []
-    finally:
-        sock.close(0)
-        ctx.term()
-    results.put({"seed": seed, "t_send": t_send, "t_recv": t_recv, "error": err})
-
-
-def run_load(endpoint: str, model: str, specs: list[InputSpec], clients: int, inflight: int,
+def run_load(endpoint: str, model: str, specs: list[TensorSpec], clients: int, inflight: int,
              seconds: float, ramp_s: float) -> dict[str, Any]:
-    """``clients`` processes; throughput and latency over [go + ramp, end]."""
-    mpc = mp.get_context("spawn")
-    go = mpc.Event()
-    t_go = mpc.Value("d", 0.0)
-    t_end = mpc.Value("d", 0.0)
-    ready = mpc.Queue()
-    results = mpc.Queue()
-    procs = [mpc.Process(target=load_worker, args=(endpoint, model, specs, inflight, go, t_go,
-                                                   t_end, ready, results, 1000 * (i + 1)),
-                         daemon=True) for i in range(clients)]
-    for p in procs:
-        p.start()
-    for _ in procs:
-        ready.get(timeout=120)
-    start = time.monotonic() + 0.05
-    t_go.value = start
-    t_end.value = start + ramp_s + seconds
-    go.set()
-    outs = [results.get(timeout=ramp_s + seconds + 120) for _ in procs]
-    for p in procs:
-        p.join(10)
-    errors = [o["error"] for o in outs if o["error"]]
-    if errors:
-        raise RuntimeError(f"load clients failed: {errors[0]}")
-    w0, w1 = start + ramp_s, t_end.value
-    ts = np.concatenate([np.asarray(o["t_send"]) for o in outs])
-    tr = np.concatenate([np.asarray(o["t_recv"]) for o in outs])
-    in_window = (tr >= w0) & (tr <= w1)
-    lat = (tr - ts)[in_window & (ts >= w0)]
-    n = int(in_window.sum())
-    return {"clients": clients, "inflight_per_client": inflight, "window_s": w1 - w0,
-            "requests": n, "img_per_s": n / (w1 - w0), "p50_ms": pct(lat, 50),
-            "p99_ms": pct(lat, 99)}
+    """``clients`` processes of ``edged bench``'s load generator for ``seconds``, after an
+    unmeasured ``ramp_s`` of the same load (connections, first batches)."""
+    header, frames = build_infer(model, feeds_for(specs, 1))
+    load = argparse.Namespace(endpoint=endpoint, clients=clients, in_flight=inflight,
+                              duration=ramp_s)
+    drive(load, header, frames, "ramp")
+    load.duration = seconds
+    r = drive(load, header, frames, "load")
+    if r["ok"] != r["replies"] or not r["ok"]:
+        raise RuntimeError(f"load clients got replies other than OK: {r['statuses']}")
+    return {"clients": clients, "inflight_per_client": inflight, "window_s": seconds,
+            "requests": r["ok"], "img_per_s": r["throughput"], "p50_ms": r["p50_ms"],
+            "p99_ms": r["p99_ms"]}
 
 
 # == footprint helpers =====================================================================
@@ -563,13 +447,13 @@ def workdir() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def serving_phase(a: argparse.Namespace, settings: OrtSettings, wd: Path,
+def serving_phase(a: argparse.Namespace, settings: Options, wd: Path,
                   result: dict[str, Any]) -> None:
     model = Path(a.model)
-    sess = make_session(model, settings)
-    specs = session_inputs(sess)
+    backend = OnnxRuntimeBackend(model, settings)  # the session exactly as the daemon's
+    sess, specs = backend.session, backend.inputs
     feeds1 = feeds_for(specs, 1)
-    print(f"[raw] {model.name}: inputs {[(s.name, s.dtype, s.item_shape) for s in specs]}",
+    print(f"[raw] {model.name}: inputs {[(s.name, s.dtype.name, s.shape) for s in specs]}",
           flush=True)
 
     # Throughput sweep first (it also warms the session).
@@ -627,7 +511,7 @@ def serving_phase(a: argparse.Namespace, settings: OrtSettings, wd: Path,
         d.stop()
         print(d.log()[-3000:], file=sys.stderr)
         raise
-    del sess
+    del sess, backend
 
     raw = {"p50_ms": pct(lat["raw"], 50), "p99_ms": pct(lat["raw"], 99), "n": len(lat["raw"]),
            "img_per_s_by_batch": {b: round(v, 2) for b, v in by_batch.items()},
@@ -639,9 +523,9 @@ def serving_phase(a: argparse.Namespace, settings: OrtSettings, wd: Path,
     tcp = {"p50_ms": pct(lat["tcp"], 50), "p99_ms": pct(lat["tcp"], 99), "n": len(lat["tcp"])}
     result["serving"] = {
         "model": str(model), "model_name": model.stem,
-        "input": ", ".join(f"{s.name} {s.dtype} [N,{','.join(map(str, s.item_shape))}]"
+        "input": ", ".join(f"{s.name} {s.dtype} [N,{','.join(map(str, item_shape(s)))}]"
                            for s in specs),
-        "settings": settings.__dict__, "max_batch": a.daemon_max_batch or a.max_batch,
+        "settings": vars(settings), "max_batch": a.daemon_max_batch or a.max_batch,
         "max_delay_ms": a.max_delay_ms, "auto_batch": a.auto_batch, "governor": a.governor,
         "load_endpoint": a.load_endpoint,
         "daemon_ready_ms": ready_s * 1000,
@@ -761,14 +645,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             setattr(a, k, v)
     if a.serving and not Path(a.model).is_file():
         ap.error(f"{a.model} not found; build it with `.venv/bin/python "
-                 "scripts/make_bench_models.py` or pass --model")
+                 "scripts/models/make_bench_models.py` or pass --model")
     return a
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    settings = OrtSettings(a.threads, a.inter_op_threads, a.graph_optimization_level,
-                           a.allow_spinning)
+    settings = Options(threads=a.threads, inter_op_threads=a.inter_op_threads,
+                       graph_optimization_level=a.graph_optimization_level,
+                       allow_spinning=a.allow_spinning)
     result: dict[str, Any] = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "quick": a.quick,

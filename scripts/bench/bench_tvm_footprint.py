@@ -3,7 +3,7 @@
 only (the default) and with the whole compiler library (TVM_USE_RUNTIME_LIB=0), in
 interleaved rounds on this machine. Builds the digits model's dynamic library first.
 
-    .venv/bin/python scripts/bench_tvm_footprint.py --rounds 3
+    .venv/bin/python scripts/bench/bench_tvm_footprint.py --rounds 3
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from edged.backends.sidecar import sha256_file, write_sidecar  # noqa: E402

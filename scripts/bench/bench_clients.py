@@ -2,7 +2,7 @@
 """What the Python clients cost over a bare DEALER, against a running daemon, in one run.
 
     edged serve &
-    python scripts/bench_clients.py --model digits --requests 200 --rounds 5
+    python scripts/bench/bench_clients.py --model digits --requests 200 --rounds 5
 
 Each round sends the same pipelined requests three ways (a bare pyzmq DEALER with
 pre-encoded frames, ``AsyncClient`` with ``asyncio.gather``, and ``Client.send``/``recv``)

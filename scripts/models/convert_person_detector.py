@@ -19,8 +19,8 @@ plus ``LICENSE`` (copied from the wheel), ``model.json`` and ``README.md``.
 
 Usage (about 5 minutes on 2 cores, most of it installing TensorFlow)::
 
-    .venv/bin/python scripts/convert_person_detector.py
-    .venv/bin/python scripts/convert_person_detector.py --latency-only
+    .venv/bin/python scripts/models/convert_person_detector.py
+    .venv/bin/python scripts/models/convert_person_detector.py --latency-only
 
 Needs ``onnx`` (the ``compile`` extra) and, for the photo checks,
 ``matplotlib`` + ``scikit-image`` (the ``test`` extra).
@@ -35,9 +35,7 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -45,15 +43,16 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx.tools import update_model_dims
-from onnxruntime.quantization import (
-    CalibrationDataReader,
-    CalibrationMethod,
-    QuantFormat,
-    QuantType,
-    quantize_static,
-)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from builder_support import build_and_publish  # noqa: E402
+
+from edged.backends.isa import cpu_name  # noqa: E402
+from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
+from edged.compile.ort_steps import to_int8_static  # noqa: E402
+
 OUT_DIR = ROOT / "models" / "person"
 DEFAULT_VENV = Path("/tmp/edged-tfconv")
 
@@ -218,10 +217,8 @@ def to_input(rgb: np.ndarray) -> np.ndarray:
 
 
 def session(path: Path, threads: int = 1) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    """The daemon's CPU session."""
+    return OnnxRuntimeBackend(path, Options(threads=threads)).session
 
 
 def detect(sess: ort.InferenceSession, x: np.ndarray) -> list[np.ndarray]:
@@ -276,37 +273,21 @@ def photo_detections(path: Path) -> dict[str, dict]:
 # ------------------------------------------------------------------ quantize
 
 
-class _Calibration(CalibrationDataReader):
-    def __init__(self, x: np.ndarray) -> None:
-        self._it: Iterator[dict[str, np.ndarray]] = ({INPUT: x[i : i + 1]} for i in range(len(x)))
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self._it, None)
-
-
 def quantize_int8(src: Path, dst: Path) -> None:
     """Static QDQ quantization of the convolutions only.
 
     Why only ``Conv``: the backbone and box predictors are where the time goes;
     the decode/NMS ``Loop`` after them works on box coordinates and scores whose
-    precision matters more than their cost. Per-channel S8 weights, U8 activations
-    and MinMax calibration, as for the digits model (QDQ is what ORT's x86 int8
-    kernels and TensorRT consume). ``quant_pre_process`` is skipped: its symbolic
-    shape inference does not handle the graph's ``Loop`` bodies.
+    precision matters more than their cost. ``edged compile``'s ``to_int8_static``:
+    per-channel S8 weights, U8 activations and MinMax calibration, as for the digits
+    model (QDQ is what ORT's x86 int8 kernels and TensorRT consume).
+    ``quant_pre_process`` is skipped: its symbolic shape inference does not handle
+    the graph's ``Loop`` bodies.
     """
     # Its "consider pre-processing" warnings go to the root logger; they are answered above.
     logging.getLogger().setLevel(logging.ERROR)
-    quantize_static(
-        str(src),
-        str(dst),
-        _Calibration(calibration_photos()),
-        quant_format=QuantFormat.QDQ,
-        op_types_to_quantize=["Conv"],
-        per_channel=True,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-        calibrate_method=CalibrationMethod.MinMax,
-    )
+    to_int8_static(src, dst, INPUT, calibration_photos(), batch=1, progress=False,
+                   op_types=["Conv"], pre_process="none")
     model = onnx.load(str(dst))
     stamp(model, "int8 QDQ")
     sort_nodes(model.graph)
@@ -397,13 +378,6 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -469,7 +443,7 @@ SSDLite-MobileNetV2, one class (**person**), trained with the TensorFlow Object
 Detection API; its non-maximum suppression runs inside the graph. Two variants
 form the governor's ladder, heaviest first: `ssdlite-fp32` → `ssdlite-int8`.
 
-*Every file here is written by `scripts/convert_person_detector.py`; edit the
+*Every file here is written by `scripts/models/convert_person_detector.py`; edit the
 script, not the outputs.*
 
 ## Source, licence, attribution
@@ -487,7 +461,7 @@ script, not the outputs.*
 
 ## How it was made
 
-    .venv/bin/python scripts/convert_person_detector.py
+    .venv/bin/python scripts/models/convert_person_detector.py
 
 The script makes a throwaway venv (`{DEFAULT_VENV}`, never the project's) with
 Python {facts['python']} and installs `{' '.join(TOOL_PINS)}` plus
@@ -579,7 +553,7 @@ Treat them as relative costs; re-measure on the device (`--latency-only`):
 `tests/test_person_model.py` (in process, ONNX Runtime, edged's own
 preprocessing) pins the I/O contract above, the photo boxes (IoU ≥ 0.8 with
 boxes read off the photos), batch-2 = two batch-1 runs, and the checksums below.
-`scripts/make_docs_images.py person` draws `docs/images/person-detections.jpg`.
+`scripts/docs/make_docs_images.py person` draws `docs/images/person-detections.jpg`.
 
 ## sha256
 
@@ -627,17 +601,6 @@ def build(out: Path, venv: Path) -> int:
     return 0
 
 
-def publish(build_dir: Path, out: Path) -> None:
-    """Move the built files into ``out`` one atomic rename at a time.
-
-    Why: a running daemon or test may be reading ``models/person``; a rename never
-    shows a reader a half-written model.
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    for p in sorted(build_dir.iterdir()):
-        os.replace(p, out / p.name)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="output directory")
@@ -655,16 +618,7 @@ def main(argv: list[str] | None = None) -> int:
                 for b, t in r.items()))
         return 0
 
-    t_start = time.perf_counter()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".person-build-") as tmp:
-        rc = build(Path(tmp), args.venv)
-        if rc != 0:
-            print(f"nothing published; {out} unchanged")
-            return rc
-        publish(Path(tmp), out)
-    print(f"done in {time.perf_counter() - t_start:.1f} s -> {out}")
-    return 0
+    return build_and_publish(out, lambda d: build(d, args.venv), None)
 
 
 if __name__ == "__main__":

@@ -6,14 +6,14 @@ the same time (other load, frequency scaling); ratios against ORT fp32 are what
 the claim "INT8 and compilation give about 2x over fp32" is about.
 
 Models: ``.cache/bench-models/<arch>-fp32.onnx`` and ``<arch>-int8.onnx`` written by
-``scripts/make_bench_models.py`` (MobileNetV2 and ResNet-18 with random weights,
+``scripts/models/make_bench_models.py`` (MobileNetV2 and ResNet-18 with random weights,
 input ``[N,3,224,224]``); ``<arch>.onnx`` / ``<arch>-int8.onnx`` are accepted too.
 Missing INT8 models are made here (static QDQ on random calibration data: speed
 only). Every variant goes through the daemon's own backend loaders.
 
 Usage::
 
-    .venv/bin/python scripts/bench_variants.py [--models DIR] [--arch mobilenetv2]
+    .venv/bin/python scripts/bench/bench_variants.py [--models DIR] [--arch mobilenetv2]
         [--tune-trials 64] [--batch 8] [--threads 2] [--runs 30] [--work DIR]
 
 TVM tuned: one static library per batch size (1 and --batch), tuned with the given
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     for arch in a.arch or ["mobilenetv2", "resnet18"]:
         fp32, int8 = find_models(a.models, arch)
         if fp32 is None:
-            print(f"{arch}: no model in {a.models}; run scripts/make_bench_models.py first",
+            print(f"{arch}: no model in {a.models}; run scripts/models/make_bench_models.py first",
                   file=sys.stderr)
             continue
         print(f"{arch}: building variants", flush=True)

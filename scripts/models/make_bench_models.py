@@ -21,32 +21,28 @@ fp32 files; edged never imports it.
 Usage::
 
     .venv/bin/pip install torch==2.13.0     # once; CPU wheel
-    .venv/bin/python scripts/make_bench_models.py [--out DIR] [--force]
+    .venv/bin/python scripts/models/make_bench_models.py [--out DIR] [--force]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import tempfile
+import sys
 import time
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import onnx
-import onnxruntime as ort
-from onnxruntime.quantization import (
-    CalibrationDataReader,
-    CalibrationMethod,
-    QuantFormat,
-    QuantType,
-    quantize_static,
-)
-from onnxruntime.quantization.shape_inference import quant_pre_process
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from builder_support import export_torch, save_checked  # noqa: E402
+
+from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
+from edged.compile.bench import measure  # noqa: E402
+from edged.compile.ort_steps import to_int8_static  # noqa: E402
+
 DEFAULT_OUT = ROOT / ".cache" / "bench-models"
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
@@ -213,59 +209,20 @@ def export_fp32(arch: str, dst: Path) -> None:
     torch.manual_seed(SEED)
     net = BUILDERS[arch]().eval()
     tmp = dst.with_name(dst.name + ".tmp")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            net,
-            (torch.zeros(1, *SHAPE),),
-            str(tmp),
-            dynamo=False,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {0: BATCH_DIM}, OUTPUT_NAME: {0: BATCH_DIM}},
-            opset_version=OPSET,
-            do_constant_folding=True,
-        )
-    model = onnx.load(str(tmp))
-    model.doc_string = f"{arch} with RANDOM weights, for edged speed benchmarks only"
-    onnx.checker.check_model(model)
-    onnx.save(model, str(tmp))
+    model = export_torch(net, tmp, (1, *SHAPE), INPUT_NAME, OUTPUT_NAME, BATCH_DIM, OPSET,
+                         f"{arch} with RANDOM weights, for edged speed benchmarks only")
+    save_checked(model, tmp)
     os.replace(tmp, dst)
 
 
-class _RandomCalibration(CalibrationDataReader):
-    """Random images, uniform in [0,1): enough to pick scales for a speed benchmark."""
-
-    def __init__(self, batches: int, seed: int = SEED) -> None:
-        rng = np.random.default_rng(seed)
-        self._it: Iterator[dict[str, np.ndarray]] = (
-            {INPUT_NAME: rng.random((1, *SHAPE), dtype=np.float32)} for _ in range(batches)
-        )
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self._it, None)
-
-
 def quantize_int8(src: Path, dst: Path, calib_batches: int) -> None:
-    """QDQ static quantization (U8 activations, per-channel S8 weights), atomically.
-
-    Why QDQ/U8: it is what ORT runs fastest on x86 and what TensorRT consumes as
-    explicit quantization (see /work/shared/research/backend_apis.md §3.4).
-    """
+    """``edged compile``'s static INT8 (``to_int8_static``: QDQ, U8 activations,
+    per-channel S8 weights) calibrated on random images, uniform in [0,1) (enough to
+    pick scales for a speed benchmark); written atomically."""
     tmp = dst.with_name(dst.name + ".tmp")
-    with tempfile.TemporaryDirectory(dir=dst.parent) as td:
-        pre = Path(td) / "pre.onnx"
-        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-        quantize_static(
-            str(pre),
-            str(tmp),
-            _RandomCalibration(calib_batches),
-            quant_format=QuantFormat.QDQ,
-            per_channel=True,
-            activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-        )
+    calib = np.random.default_rng(SEED).random((calib_batches, *SHAPE), dtype=np.float32)
+    to_int8_static(src, tmp, INPUT_NAME, calib, batch=1, progress=False,
+                   pre_process="no_symbolic")
     os.replace(tmp, dst)
 
 
@@ -273,11 +230,10 @@ def quantize_int8(src: Path, dst: Path, calib_batches: int) -> None:
 
 
 def check_and_time(path: Path, runs: int, threads: int) -> float:
-    """Verify I/O names and the dynamic batch (1 and 2), return batch-1 median ms."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    """Verify I/O names and the dynamic batch (1 and 2), return batch-1 p50 ms
+    (``edged.compile.bench``)."""
+    be = OnnxRuntimeBackend(path, Options(threads=threads))
+    sess = be.session
     (inp,), (out,) = sess.get_inputs(), sess.get_outputs()
     if (inp.name, out.name) != (INPUT_NAME, OUTPUT_NAME) or not isinstance(inp.shape[0], str):
         raise RuntimeError(f"{path}: unexpected I/O {inp} -> {out}")
@@ -285,15 +241,7 @@ def check_and_time(path: Path, runs: int, threads: int) -> float:
     (y2,) = sess.run([OUTPUT_NAME], {INPUT_NAME: x})
     if y2.shape != (2, NUM_CLASSES):
         raise RuntimeError(f"{path}: batch 2 gave shape {y2.shape}")
-    feed = {INPUT_NAME: x[:1]}
-    for _ in range(3):
-        sess.run([OUTPUT_NAME], feed)
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        sess.run([OUTPUT_NAME], feed)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times) * 1e3)
+    return measure(be, 1, runs=runs).latency_ms_p50
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,8 @@
 """Write docs/protocol.md's byte-by-byte example from a real exchange with a running daemon.
 
     edged serve &                      # the shipped config.toml (digits model)
-    python scripts/protocol_example.py --write docs/protocol.md
-    python scripts/protocol_example.py --check docs/protocol.md   # does the doc still hold?
+    python scripts/docs/protocol_example.py --write docs/protocol.md
+    python scripts/docs/protocol_example.py --check docs/protocol.md   # does the doc still hold?
 
 Frames are sent and read with a bare pyzmq DEALER (not ``edged.client``), so what is shown
 is exactly what crosses the socket. ``--check`` compares what is deterministic (every
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-BEGIN = "<!-- protocol-example:begin (scripts/protocol_example.py writes this part) -->"
+BEGIN = "<!-- protocol-example:begin (scripts/docs/protocol_example.py writes this part) -->"
 END = "<!-- protocol-example:end -->"
 
 #: An 8x8 grey "7", small enough to read in hex; the daemon resizes it to the model's input.
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(f"{args.check}: {p}", file=sys.stderr)
         if problems:
-            print("regenerate with: python scripts/protocol_example.py --write "
+            print("regenerate with: python scripts/docs/protocol_example.py --write "
                   f"{args.check}", file=sys.stderr)
             return 1
         print(f"{args.check}: the example matches the daemon")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Frigate's protocol vs edged's native one: the same clients, the shipped person detector.
 
-    PYTHONPATH=. python scripts/bench_frigate.py --clients 4 --seconds 5 --rounds 8
+    PYTHONPATH=. python scripts/bench/bench_frigate.py --clients 4 --seconds 5 --rounds 8
 
 Starts a daemon serving config.toml's person model with one ``[[server.frigate]]``
 endpoint (timeout_ms 200, Frigate's default request_timeout_ms). Each round runs
@@ -28,7 +28,7 @@ import cv2
 import numpy as np
 import zmq
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from edged.frigate_protocol import ZEROS  # noqa: E402
