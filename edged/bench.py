@@ -141,15 +141,17 @@ def run_floor(args: argparse.Namespace, header: dict[str, Any], frames: list[Any
         for k in range(args.rounds):
             rnd: dict[str, Any] = {}
             tag = f"round {k + 1}"
-            rnd["raw"] = raw_ort(args.raw, args.duration, frames, header, threads=cores())
-            rnd["daemon_b1"] = drive(one, header, frames, f"{tag} daemon, 1 client")
-            rnd["floor_b1"] = drive(argparse.Namespace(**{**vars(one), **sock,
-                                                          "endpoint": floors.one_thread}),
-                                    header, frames, f"{tag} one-thread floor, 1 client")
-            rnd["daemon_n"] = drive(args, header, frames, f"{tag} daemon, {args.clients} clients")
-            rnd["floor_n"] = drive(argparse.Namespace(**{**vars(args), **sock,
-                                                         "endpoint": floors.batching}),
-                                   header, frames, f"{tag} batching floor, {args.clients} clients")
+            fl1 = argparse.Namespace(**{**vars(one), **sock, "endpoint": floors.one_thread})
+            fln = argparse.Namespace(**{**vars(args), **sock, "endpoint": floors.batching})
+            phases = [("raw", None, ""), ("daemon_b1", one, "daemon, 1 client"),
+                      ("floor_b1", fl1, "one-thread floor, 1 client"),
+                      ("daemon_n", args, f"daemon, {args.clients} clients"),
+                      ("floor_n", fln, f"batching floor, {args.clients} clients")]
+            if k % 2:  # every other round the floors go first, so drift cancels out
+                phases = [phases[0], phases[2], phases[1], phases[4], phases[3]]
+            for key, ns, what in phases:
+                rnd[key] = (raw_ort(args.raw, args.duration, frames, header, threads=cores())
+                            if ns is None else drive(ns, header, frames, f"{tag} {what}"))
             result["rounds"].append(rnd)
             show_floor(rnd, args.clients)
     result["ratios"] = floor_ratios(result["rounds"])
