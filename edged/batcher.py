@@ -6,6 +6,12 @@ as many compatible rows as fit (``max_batch_size``, possibly capped by the gover
 plus at most ``max_delay_ms`` of deliberate waiting when configured. So latency at
 low load is that of one inference and throughput at high load that of full batches.
 
+``batch_window`` (a fraction, off by default) is for closed-loop clients, which fall into
+cohorts: when a batch finishes and fewer requests wait than a full batch, the next batch
+is held for up to that fraction of a batch's compute time (EWMA), or until the queue
+holds a full batch, so the clients just answered can join it. A request reaching an
+idle model is never held: a hold starts only when a batch completes.
+
 Everything here runs on the event loop thread except ``compute``, which runs on the
 model's single worker thread (one batch at a time per model: the runtime already
 uses every core, and a second concurrent batch would only add contention).
@@ -105,11 +111,14 @@ class Batcher:
         compute: Compute,
         executor: Executor,
         on_batch: Callable[[str, int, float, list[Pending]], None] | None = None,
+        batch_window: float = 0.0,
     ) -> None:
         self.model = model
         self.max_batch_size = max_batch_size
         self.max_queue = max_queue
         self.max_delay_s = max_delay_ms / 1000.0
+        self.batch_window = batch_window
+        self._hold: asyncio.TimerHandle | None = None  # a short queue held after a batch
         self.compute = compute
         self.executor = executor
         self.on_batch = on_batch
@@ -181,6 +190,7 @@ class Batcher:
         for p in self._running:
             self._finish(p, err)
         self._streams.clear()
+        self._end_hold(kick=False)
 
     # -- admission ----------------------------------------------------------------------
     def submit(self, p: Pending) -> None:
@@ -289,6 +299,10 @@ class Batcher:
         if not self._fast() or self._loop is None:
             self._wakeup.set()
             return
+        if self._hold is not None:
+            if self.depth < self._cap():
+                return  # the window after the last batch is open: let it fill
+            self._end_hold(kick=False)
         batch: list[Pending] = []
         self._take(batch, 0)
         batch = self._drop_late(batch)
@@ -312,6 +326,7 @@ class Batcher:
         self._running = []
         self.last_progress = time.monotonic()
         self._idle.set()
+        self._start_hold()
         self._kick()  # the backend never waits for replies to be sent
         err: EdgedError | None = None
         try:
@@ -334,10 +349,27 @@ class Batcher:
         for p, (out, det) in zip(batch, outs, strict=True):
             self._finish(p, Result(variant, out, start - p.arrival, compute_s, n, det))
 
+    def _start_hold(self) -> None:
+        """A batch just finished: hold a short queue for ``batch_window`` x compute time
+        (fast path only; ``max_delay_ms`` governs the slow one)."""
+        ewma = self._ewma_compute_s
+        if (self.batch_window <= 0 or not ewma or not self.depth or self._loop is None
+                or self.depth >= self._cap() or not self._fast()):
+            return
+        self._hold = self._loop.call_later(self.batch_window * ewma, self._end_hold)
+
+    def _end_hold(self, kick: bool = True) -> None:
+        if self._hold is not None:
+            self._hold.cancel()
+            self._hold = None
+        if kick:
+            self._kick()
+            self._wakeup.set()  # the worker waits while a hold is open
+
     async def _worker(self) -> None:
         """The slow path: rate caps, deliberate batching delay, resuming after a pause."""
         while True:
-            while self.depth == 0 or self._paused or self.busy:
+            while self.depth == 0 or self._paused or self.busy or self._hold is not None:
                 self._wakeup.clear()
                 if self._paused:
                     await self._resumed.wait()

@@ -50,7 +50,8 @@ class Model:
         self.head = open_head(cfg, metrics, self.preprocessor)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"edged-{cfg.name}")
         self._batcher = Batcher(cfg.name, cfg.max_batch_size, cfg.max_queue, cfg.max_delay_ms,
-                                self._compute, self.executor, self._on_batch)
+                                self._compute, self.executor, self._on_batch,
+                                batch_window=cfg.batch_window)
         self.verifier = Verifier(cfg, self.preprocessor)
         self.live = LiveVariant(cfg, metrics, self.head, self.verifier, self._batcher,
                                 self.executor, swap_headroom_bytes)
