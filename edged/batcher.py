@@ -12,6 +12,12 @@ is held for up to that fraction of a batch's compute time (EWMA), or until the q
 holds a full batch, so the clients just answered can join it. A request reaching an
 idle model is never held: a hold starts only when a batch completes.
 
+``inline_max_ms`` (off by default) trades DESIGN's "inference off the event loop" for
+two thread hand-offs: a lone request on an idle model, with nothing else waiting on its
+socket (``Pending.quiet``) and a compute time (EWMA) under the limit, is computed on the
+event loop itself, which is blocked meanwhile (what arrives waits in ZeroMQ's queue for
+at most that long). Everything else goes to the worker as before.
+
 Everything here runs on the event loop thread except ``compute``, which runs on the
 model's single worker thread (one batch at a time per model: the runtime already
 uses every core, and a second concurrent batch would only add contention).
@@ -25,7 +31,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +81,8 @@ class Pending:
     #: transform and options); opaque to the batcher
     meta: Any = None
     arrival: float = field(default_factory=time.monotonic)
+    #: True when nothing else waits on the request's socket (asked only for inline compute)
+    quiet: Callable[[], bool] | None = None
     done: bool = False
     queued: bool = False
     timer: asyncio.TimerHandle | None = None
@@ -112,6 +120,7 @@ class Batcher:
         executor: Executor,
         on_batch: Callable[[str, int, float, list[Pending]], None] | None = None,
         batch_window: float = 0.0,
+        inline_max_ms: float = 0.0,
     ) -> None:
         self.model = model
         self.max_batch_size = max_batch_size
@@ -119,6 +128,10 @@ class Batcher:
         self.max_delay_s = max_delay_ms / 1000.0
         self.batch_window = batch_window
         self._hold: asyncio.TimerHandle | None = None  # a short queue held after a batch
+        self.inline_max_s = inline_max_ms / 1000.0
+        #: the model's say on inline compute (False while a swap or a check may use the
+        #: backend from another thread)
+        self.may_inline: Callable[[], bool] = lambda: True
         self.compute = compute
         self.executor = executor
         self.on_batch = on_batch
@@ -306,8 +319,30 @@ class Batcher:
         batch: list[Pending] = []
         self._take(batch, 0)
         batch = self._drop_late(batch)
-        if batch:
+        if batch and self._inline(batch):
+            self._compute_inline(batch)
+        elif batch:
             self._dispatch(batch)
+
+    def _inline(self, batch: list[Pending]) -> bool:
+        p = batch[0]
+        ewma = self._ewma_compute_s
+        return (self.inline_max_s > 0 and len(batch) == 1 and not self.depth
+                and ewma is not None and ewma <= self.inline_max_s
+                and p.quiet is not None and p.quiet() and self.may_inline())
+
+    def _compute_inline(self, batch: list[Pending]) -> None:
+        """Compute on the loop thread (``inline_max_ms``); finish as a worker batch does."""
+        self.busy = True
+        self._idle.clear()
+        self._running = batch
+        start = self.last_progress = time.monotonic()
+        f: Future[Any] = Future()
+        try:
+            f.set_result(self.compute(batch))
+        except Exception as e:
+            f.set_exception(e)
+        self._complete(batch, start, f)
 
     def _dispatch(self, batch: list[Pending]) -> None:
         loop = self._loop

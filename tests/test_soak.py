@@ -27,7 +27,8 @@ def test_short_soak_loses_nothing_and_memory_stays_flat(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "soak"), "--duration", "30",
-         "--capacity-seconds", "3", "--probe-step-seconds", "1", "--warmup", "10", "--window", "10", "--clients", "3",
+         "--capacity-seconds", "3", "--probe-step-seconds", "1", "--warmup", "10",
+         "--window", "10", "--clients", "3",
          "--max-rss-growth", str(RSS_GROWTH_BOUND_PCT), "--json", str(out)],
         capture_output=True, text=True, timeout=240, cwd=str(ROOT))
     assert out.exists(), r.stdout + r.stderr

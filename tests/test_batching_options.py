@@ -1,5 +1,7 @@
-"""``batch_window``: after a batch, a short queue is held so that the clients just
-answered can join the next batch; a request reaching an idle model is never held.
+"""Batching candidates of issue 22, off by default: ``batch_window`` (after a batch, a
+short queue is held so the clients just answered can join the next batch; a request
+reaching an idle model is never held) and ``inline_max_ms`` (a lone request on an idle
+model computes on the event loop: two thread hand-offs fewer, the loop blocked meanwhile).
 
 A real daemon and the slow ONNX model (its Loop keeps ORT busy for a known while)."""
 
@@ -20,13 +22,14 @@ from edged.config import ConfigError, load_config
 X = np.zeros((1, 64), np.float32)
 
 
-def window_config(tmp: Path, window: float) -> Path:
+def window_config(tmp: Path, window: float, extra: str = "") -> Path:
     model = make_slow_model(tmp / "slow.onnx", 150_000)
     return digits_config(tmp, extra_models=f"""
 [[models]]
 name = "slow"
 max_batch_size = 4
 batch_window = {window}
+{extra}
 [[models.variants]]
 name = "loop"
 backend = "onnxruntime"
@@ -69,5 +72,35 @@ def test_batch_window_lets_the_answered_client_join_the_next_batch(
 
 def test_batch_window_must_be_a_fraction(tmp_path: Path) -> None:
     p = window_config(tmp_path, 1.5)
-    with pytest.raises(ConfigError, match="batch_window.*fraction"):
+    with pytest.raises(ConfigError, match=r"batch_window.*fraction"):
         load_config(p)
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_inline_compute_runs_a_lone_request_on_the_loop(make_daemon: Any, tmp_path: Path,
+                                                        inline: bool) -> None:
+    """Observable by what the loop can do meanwhile: a health request sent while the lone
+    request computes is answered first when the worker computes, after it when inline."""
+    d = make_daemon(window_config(tmp_path, 0.0, "inline_max_ms = 60000" if inline else ""))
+    with d.client(timeout_s=30) as c, d.client(timeout_s=30) as h:
+        for i in range(2):  # the batcher learns the compute time
+            c.call(*build_infer("slow", X, id=f"warm{i}"))
+        c.send(*build_infer("slow", X, id="A"))
+        time.sleep(0.03)
+        h.send({"v": 1, "op": "health", "id": "hz"})
+        health = h.recv(30)
+        t_health = time.monotonic()
+        a = c.recv(30)
+        t_a = time.monotonic()
+    assert a.header["status"] == "OK" and a.header["timing"]["batch"] == 1, a.header
+    assert health.header["status"] == "OK"
+    compute_s = a.header["timing"]["compute_us"] / 1e6
+    if inline:  # the loop was computing: health waited for A's reply
+        assert t_a - t_health < compute_s / 2, (t_a - t_health, compute_s)
+    else:
+        assert t_a - t_health > compute_s / 4, (t_a - t_health, compute_s)
+
+
+def test_inline_max_ms_must_not_be_negative(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="inline_max_ms"):
+        load_config(window_config(tmp_path, 0.0, "inline_max_ms = -1"))
