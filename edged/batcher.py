@@ -132,6 +132,7 @@ class Batcher:
         #: the model's say on inline compute (False while a swap or a check may use the
         #: backend from another thread)
         self.may_inline: Callable[[], bool] = lambda: True
+        self._completing = False
         self.compute = compute
         self.executor = executor
         self.on_batch = on_batch
@@ -328,7 +329,7 @@ class Batcher:
         p = batch[0]
         ewma = self._ewma_compute_s
         return (self.inline_max_s > 0 and len(batch) == 1 and not self.depth
-                and ewma is not None and ewma <= self.inline_max_s
+                and not self._completing and ewma is not None and ewma <= self.inline_max_s
                 and p.quiet is not None and p.quiet() and self.may_inline())
 
     def _compute_inline(self, batch: list[Pending]) -> None:
@@ -362,7 +363,11 @@ class Batcher:
         self.last_progress = time.monotonic()
         self._idle.set()
         self._start_hold()
-        self._kick()  # the backend never waits for replies to be sent
+        self._completing = True  # this batch's replies are not sent yet: no inline compute
+        try:
+            self._kick()  # the backend never waits for replies to be sent
+        finally:
+            self._completing = False
         err: EdgedError | None = None
         try:
             variant, outs, compute_s = f.result()
