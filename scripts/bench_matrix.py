@@ -15,7 +15,8 @@ raw ORT run on the same cores as the daemon):
 - ``edged bench --floor``: batch-1 p50 with one client and throughput with 8 client
   processes, against raw ORT and the one-thread and batching floors, for each candidate
   daemon setting (today's default, ``allow_spinning = true``, ``batch_window`` 0.25 and
-  0.5, spinning with a window, ``inline_max_ms = 20`` with and without spinning), on all
+  0.5, spinning with a window, ``inline_max_ms = 20`` with and without spinning, and on
+  all cores ORT with `threads = 1`, a core left to the loop and the clients), on all
   cores and on one (``taskset -c 0``, here by
   setting this process's affinity, which the daemon and the clients inherit);
 - the INT8 rung, same rows, against raw INT8;
@@ -63,12 +64,14 @@ class Setting:
     spinning: bool | None = None  # None: the thread plan's choice
     window: float = 0.0
     inline_ms: float = 0.0
+    threads: int = 0  # ORT intra-op threads; 0: the default (one per physical core)
 
     def toml(self) -> tuple[str, str]:
         """(model-level keys, variant option keys)."""
         model = f"batch_window = {self.window}\n" if self.window else ""
         model += f"inline_max_ms = {self.inline_ms}\n" if self.inline_ms else ""
         opts = "" if self.spinning is None else f"allow_spinning = {str(self.spinning).lower()}\n"
+        opts += f"threads = {self.threads}\n" if self.threads else ""
         return model, opts
 
 
@@ -78,7 +81,8 @@ INLINE = Setting("inline_max_ms = 20", inline_ms=20)
 CANDIDATES = [DEFAULT, SPIN, Setting("batch_window = 0.25", window=0.25),
               Setting("batch_window = 0.5", window=0.5),
               Setting("spinning + batch_window = 0.5", spinning=True, window=0.5),
-              INLINE, Setting("spinning + inline_max_ms = 20", spinning=True, inline_ms=20)]
+              INLINE, Setting("spinning + inline_max_ms = 20", spinning=True, inline_ms=20),
+              Setting("ORT threads = 1 (a core left to the loop and clients)", threads=1)]
 ONE_CORE = [DEFAULT, SPIN, Setting("batch_window = 0.5", window=0.5), INLINE]
 
 
