@@ -68,6 +68,7 @@ def test_soak_reports_its_open_loop_probe_refusals_and_latency(tmp_path: Path) -
     rep = json.loads(out.read_text())
     probe = rep["capacity_probe"]
     assert probe["upper_bound_rps"] > 0 and probe["lost"] == 0
+    assert isinstance(probe["capacity_is_lower_bound"], bool)
     steps = probe["steps"]
     assert steps, r.stderr
     rates = [st["rate_rps"] for st in steps]
