@@ -6,6 +6,18 @@ as many compatible rows as fit (``max_batch_size``, possibly capped by the gover
 plus at most ``max_delay_ms`` of deliberate waiting when configured. So latency at
 low load is that of one inference and throughput at high load that of full batches.
 
+``batch_window`` (a fraction, off by default) is for closed-loop clients, which fall into
+cohorts: when a batch finishes and fewer requests wait than a full batch, the next batch
+is held for up to that fraction of a batch's compute time (EWMA), or until the queue
+holds a full batch, so the clients just answered can join it. A request reaching an
+idle model is never held: a hold starts only when a batch completes.
+
+``inline_max_ms`` (off by default) trades DESIGN's "inference off the event loop" for
+two thread hand-offs: a lone request on an idle model, with nothing else waiting on its
+socket (``Pending.quiet``) and a compute time (EWMA) under the limit, is computed on the
+event loop itself, which is blocked meanwhile (what arrives waits in ZeroMQ's queue for
+at most that long). Everything else goes to the worker as before.
+
 Everything here runs on the event loop thread except ``compute``, which runs on the
 model's single worker thread (one batch at a time per model: the runtime already
 uses every core, and a second concurrent batch would only add contention).
@@ -19,7 +31,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +81,8 @@ class Pending:
     #: transform and options); opaque to the batcher
     meta: Any = None
     arrival: float = field(default_factory=time.monotonic)
+    #: True when nothing else waits on the request's socket (asked only for inline compute)
+    quiet: Callable[[], bool] | None = None
     done: bool = False
     queued: bool = False
     timer: asyncio.TimerHandle | None = None
@@ -105,11 +119,20 @@ class Batcher:
         compute: Compute,
         executor: Executor,
         on_batch: Callable[[str, int, float, list[Pending]], None] | None = None,
+        batch_window: float = 0.0,
+        inline_max_ms: float = 0.0,
     ) -> None:
         self.model = model
         self.max_batch_size = max_batch_size
         self.max_queue = max_queue
         self.max_delay_s = max_delay_ms / 1000.0
+        self.batch_window = batch_window
+        self._hold: asyncio.TimerHandle | None = None  # a short queue held after a batch
+        self.inline_max_s = inline_max_ms / 1000.0
+        #: the model's say on inline compute (False while a swap or a check may use the
+        #: backend from another thread)
+        self.may_inline: Callable[[], bool] = lambda: True
+        self._completing = False
         self.compute = compute
         self.executor = executor
         self.on_batch = on_batch
@@ -181,6 +204,7 @@ class Batcher:
         for p in self._running:
             self._finish(p, err)
         self._streams.clear()
+        self._end_hold(kick=False)
 
     # -- admission ----------------------------------------------------------------------
     def submit(self, p: Pending) -> None:
@@ -289,11 +313,37 @@ class Batcher:
         if not self._fast() or self._loop is None:
             self._wakeup.set()
             return
+        if self._hold is not None:
+            if self.depth < self._cap():
+                return  # the window after the last batch is open: let it fill
+            self._end_hold(kick=False)
         batch: list[Pending] = []
         self._take(batch, 0)
         batch = self._drop_late(batch)
-        if batch:
+        if batch and self._inline(batch):
+            self._compute_inline(batch)
+        elif batch:
             self._dispatch(batch)
+
+    def _inline(self, batch: list[Pending]) -> bool:
+        p = batch[0]
+        ewma = self._ewma_compute_s
+        return (self.inline_max_s > 0 and len(batch) == 1 and not self.depth
+                and not self._completing and ewma is not None and ewma <= self.inline_max_s
+                and p.quiet is not None and p.quiet() and self.may_inline())
+
+    def _compute_inline(self, batch: list[Pending]) -> None:
+        """Compute on the loop thread (``inline_max_ms``); finish as a worker batch does."""
+        self.busy = True
+        self._idle.clear()
+        self._running = batch
+        start = self.last_progress = time.monotonic()
+        f: Future[Any] = Future()
+        try:
+            f.set_result(self.compute(batch))
+        except Exception as e:
+            f.set_exception(e)
+        self._complete(batch, start, f)
 
     def _dispatch(self, batch: list[Pending]) -> None:
         loop = self._loop
@@ -312,7 +362,12 @@ class Batcher:
         self._running = []
         self.last_progress = time.monotonic()
         self._idle.set()
-        self._kick()  # the backend never waits for replies to be sent
+        self._start_hold()
+        self._completing = True  # this batch's replies are not sent yet: no inline compute
+        try:
+            self._kick()  # the backend never waits for replies to be sent
+        finally:
+            self._completing = False
         err: EdgedError | None = None
         try:
             variant, outs, compute_s = f.result()
@@ -334,10 +389,27 @@ class Batcher:
         for p, (out, det) in zip(batch, outs, strict=True):
             self._finish(p, Result(variant, out, start - p.arrival, compute_s, n, det))
 
+    def _start_hold(self) -> None:
+        """A batch just finished: hold a short queue for ``batch_window`` x compute time
+        (fast path only; ``max_delay_ms`` governs the slow one)."""
+        ewma = self._ewma_compute_s
+        if (self.batch_window <= 0 or not ewma or not self.depth or self._loop is None
+                or self.depth >= self._cap() or not self._fast()):
+            return
+        self._hold = self._loop.call_later(self.batch_window * ewma, self._end_hold)
+
+    def _end_hold(self, kick: bool = True) -> None:
+        if self._hold is not None:
+            self._hold.cancel()
+            self._hold = None
+        if kick:
+            self._kick()
+            self._wakeup.set()  # the worker waits while a hold is open
+
     async def _worker(self) -> None:
         """The slow path: rate caps, deliberate batching delay, resuming after a pause."""
         while True:
-            while self.depth == 0 or self._paused or self.busy:
+            while self.depth == 0 or self._paused or self.busy or self._hold is not None:
                 self._wakeup.clear()
                 if self._paused:
                     await self._resumed.wait()

@@ -29,7 +29,9 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", default="tcp://127.0.0.1:5555")
     p.add_argument("--model", required=True)
-    p.add_argument("--clients", type=int, default=1, help="client processes (default 1)")
+    p.add_argument("--clients", type=int, default=None,
+                   help="client processes (default 1; with --floor: 8, for the throughput "
+                        "phase)")
     p.add_argument("--in-flight", type=int, default=1,
                    help="requests each client keeps in flight (default 1)")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per round")
@@ -45,6 +47,11 @@ def add_parser(subparsers: Any) -> None:
                    help="with --input image: the in-process reference is the whole pipeline "
                         "of --model as CONFIG describes it (decode, preprocess, ORT with "
                         "default session options, a detector's decode+NMS), edged's own code")
+    p.add_argument("--floor", action="store_true",
+                   help="with --raw: also start the two floor servers (one-thread and "
+                        "batching, edged.bench_floor) for the same model and clients, and "
+                        "print the daemon's ratios to raw and to each floor, interleaved: "
+                        "batch-1 p50 with one client, throughput with --clients processes")
     p.add_argument("--rounds", type=int, default=1,
                    help="interleaved daemon/raw rounds; ratios are the median (default 1)")
     p.add_argument("--transport", choices=("socket", "shm"), default="socket",
@@ -64,6 +71,12 @@ def run(args: argparse.Namespace) -> int:
         print("edged bench: --transport shm carries raw tensors; send an image as a uint8 "
               "frame with --input npy", file=sys.stderr)
         return 2
+    if args.floor and args.raw is None:
+        print("edged bench: --floor needs --raw MODEL_FILE (the floors serve that file)",
+              file=sys.stderr)
+        return 2
+    if args.clients is None:
+        args.clients = 8 if args.floor else 1
     with Client(args.endpoint, timeout_s=10.0) as c:
         r = c.models()
     models = {m["name"]: m for m in r.header.get("models", [])}
@@ -72,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
               f"(it serves {', '.join(models) or 'nothing'})", file=sys.stderr)
         return 2
     header, frames = request(models[args.model], args)
+    if args.floor:
+        return run_floor(args, header, frames)
     result: dict[str, Any] = {"machine": machine_info(), "args": _jsonable(vars(args)),
                               "rounds": []}
     for k in range(args.rounds):
@@ -94,6 +109,97 @@ def run(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"wrote {args.json}")
     return 0
+
+
+#: the 1-minute load average above which --floor warns that figures are not to be quoted
+QUIET_LOAD = 0.3
+
+
+def run_floor(args: argparse.Namespace, header: dict[str, Any], frames: list[Any]) -> int:
+    """Daemon, raw ORT and the two floors (``edged.bench_floor``) in one run, interleaved.
+
+    Each round: batch-1 p50 with one client (raw in process, the daemon, the one-thread
+    floor), then throughput with ``--clients`` processes (the daemon, the batching floor,
+    raw's best batch). Ratios are medians over rounds."""
+    from edged.bench_floor import Floors, check_single_input, cores
+
+    why = check_single_input(args.raw, header)
+    if why is not None:
+        print(f"edged bench: --floor: {why}", file=sys.stderr)
+        return 2
+    info = machine_info()
+    load = info["load_avg"][0]
+    print(f"machine: {info['cpu']}, {cores()} usable core(s), load average "
+          f"{' '.join(map(str, info['load_avg']))}")
+    if load > QUIET_LOAD:
+        print(f"WARNING: load average {load} > {QUIET_LOAD}: the machine is not quiet; "
+              "these figures are not ones to quote or to decide a default from")
+    result: dict[str, Any] = {"machine": info, "args": _jsonable(vars(args)), "rounds": []}
+    one = argparse.Namespace(**{**vars(args), "clients": 1, "in_flight": 1})
+    with Floors(args.raw, header, args.endpoint) as floors:
+        sock = {"transport": "socket"}
+        for k in range(args.rounds):
+            rnd: dict[str, Any] = {}
+            tag = f"round {k + 1}"
+            fl1 = argparse.Namespace(**{**vars(one), **sock, "endpoint": floors.one_thread})
+            fln = argparse.Namespace(**{**vars(args), **sock, "endpoint": floors.batching})
+            phases = [("raw", None, ""), ("daemon_b1", one, "daemon, 1 client"),
+                      ("floor_b1", fl1, "one-thread floor, 1 client"),
+                      ("daemon_n", args, f"daemon, {args.clients} clients"),
+                      ("floor_n", fln, f"batching floor, {args.clients} clients")]
+            if k % 2:  # every other round the floors go first, so drift cancels out
+                phases = [phases[0], phases[2], phases[1], phases[4], phases[3]]
+            for key, ns, what in phases:
+                rnd[key] = (raw_ort(args.raw, args.duration, frames, header, threads=cores())
+                            if ns is None else drive(ns, header, frames, f"{tag} {what}"))
+            result["rounds"].append(rnd)
+            show_floor(rnd, args.clients)
+    result["ratios"] = floor_ratios(result["rounds"])
+    result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"median over {args.rounds} round(s), load average at the end "
+          f"{' '.join(map(str, result['load_avg_end']))}:")
+    for key, v in result["ratios"].items():
+        print(f"  {key:<44} {v:.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def floor_ratios(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """The ratios --floor reports (median of the per-round ratios)."""
+    def med(f: Any) -> float:
+        vals = [f(r) for r in rounds]
+        vals = [v for v in vals if v == v]  # nan: a phase that got no reply
+        return statistics.median(vals) if vals else float("nan")
+
+    def div(a: float, b: float) -> float:
+        return a / b if b else float("nan")
+
+    return {
+        "p50 daemon / one-thread floor": med(lambda r: div(r["daemon_b1"]["p50_ms"],
+                                                          r["floor_b1"]["p50_ms"])),
+        "p50 daemon / raw": med(lambda r: div(r["daemon_b1"]["p50_ms"],
+                                              r["raw"]["batch1"]["p50_ms"])),
+        "p50 one-thread floor / raw": med(lambda r: div(r["floor_b1"]["p50_ms"],
+                                                        r["raw"]["batch1"]["p50_ms"])),
+        "throughput daemon / batching floor": med(lambda r: div(r["daemon_n"]["throughput"],
+                                                                r["floor_n"]["throughput"])),
+        "throughput daemon / raw best": med(lambda r: div(r["daemon_n"]["throughput"],
+                                                          r["raw"]["best_throughput"])),
+        "throughput batching floor / raw best": med(lambda r: div(
+            r["floor_n"]["throughput"], r["raw"]["best_throughput"])),
+    }
+
+
+def show_floor(rnd: dict[str, Any], clients: int) -> None:
+    r, d1, f1, dn, fn = (rnd[k] for k in ("raw", "daemon_b1", "floor_b1", "daemon_n",
+                                           "floor_n"))
+    print(f"batch-1 p50: raw {r['batch1']['p50_ms']:.3f} ms  daemon {d1['p50_ms']:.3f} ms  "
+          f"one-thread floor {f1['p50_ms']:.3f} ms")
+    print(f"{clients} clients: daemon {dn['throughput']:.1f}/s (p99 {dn['p99_ms']:.2f} ms)  "
+          f"batching floor {fn['throughput']:.1f}/s (p99 {fn['p99_ms']:.2f} ms)  raw best "
+          f"{r['best_throughput']:.1f}/s; daemon statuses {dn['statuses']}")
 
 
 def request(model: dict[str, Any], args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
@@ -183,9 +289,11 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
         reply = s.recv_multipart()
         now = time.perf_counter()
         h = json.loads(reply[0])
-        start = sent.pop(h.get("id"), None)
+        # A floor server's reply has no id: it answers in order, so the oldest in flight.
+        rid = h.get("id", next(iter(sent)))
+        start = sent.pop(rid, None)
         if shm is not None:
-            shm.done(h.get("id"))
+            shm.done(rid)
         if start is not None:
             lat.append(now - start)
         statuses[h.get("status", "?")] = statuses.get(h.get("status", "?"), 0) + 1
@@ -235,13 +343,16 @@ class _ShmSender:
 
 
 def raw_ort(model: Path, duration: float, frames: list[Any],
-            header: dict[str, Any], spinning: bool | None = None) -> dict[str, Any]:
+            header: dict[str, Any], spinning: bool | None = None,
+            threads: int = 0) -> dict[str, Any]:
     """The same model in process, ORT default session options: batch-1 latency and
     throughput at the best batch of 1/2/4/8 (what calling ORT yourself gives).
-    ``spinning=False``: the same with the intra-op pool's spinning off."""
+    ``spinning=False``: the same with the intra-op pool's spinning off; ``threads``: the
+    intra-op pool's size (0: ORT's default)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
     if spinning is not None:
         so.add_session_config_entry("session.intra_op.allow_spinning",
                                     "1" if spinning else "0")

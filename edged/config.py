@@ -148,6 +148,10 @@ class ModelConfig:
     max_queue: int = 256
     max_delay_ms: float = 0.0
     auto_batch: bool = False
+    #: after a batch, hold a short queue for this fraction of a batch's compute time (0: off)
+    batch_window: float = 0.0
+    #: a lone request on an idle model computes on the event loop below this (0: off)
+    inline_max_ms: float = 0.0
     preprocess: PreprocessConfig | None = None
     postprocess: PostprocessConfig | None = None  # a detector: answer with boxes
     #: frames per second one stream may send (0: no limit); a request's max_fps may lower it
@@ -394,6 +398,8 @@ def _model(t: Table) -> ModelConfig | None:
         max_queue=src.get("max_queue", int, 256, check=positive),
         max_delay_ms=src.get("max_delay_ms", float, 0.0, check=non_negative),
         auto_batch=src.get("auto_batch", bool, False),
+        batch_window=src.get("batch_window", float, 0.0, check=_fraction),
+        inline_max_ms=src.get("inline_max_ms", float, 0.0, check=non_negative),
         preprocess=pre,
         postprocess=post,
         max_stream_fps=t.get("max_stream_fps", float, 0.0, check=non_negative),
@@ -405,6 +411,10 @@ def _model(t: Table) -> ModelConfig | None:
         batching.done()
     t.done()
     return cfg if name and variants else None
+
+
+def _fraction(v: float) -> str | None:
+    return None if 0.0 <= v <= 1.0 else "must be a fraction from 0 to 1 (of a batch's compute time)"
 
 
 def parse_config(data: dict[str, Any], file: Path | str) -> Config:

@@ -50,10 +50,14 @@ class Model:
         self.head = open_head(cfg, metrics, self.preprocessor)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"edged-{cfg.name}")
         self._batcher = Batcher(cfg.name, cfg.max_batch_size, cfg.max_queue, cfg.max_delay_ms,
-                                self._compute, self.executor, self._on_batch)
+                                self._compute, self.executor, self._on_batch,
+                                batch_window=cfg.batch_window,
+                                inline_max_ms=cfg.inline_max_ms)
         self.verifier = Verifier(cfg, self.preprocessor)
         self.live = LiveVariant(cfg, metrics, self.head, self.verifier, self._batcher,
                                 self.executor, swap_headroom_bytes)
+        # Inline compute (the loop thread) never meets a swap or a check on the worker.
+        self._batcher.may_inline = lambda: not self.swapping and not self.live.checking
         self._streams = StreamAdmission(cfg.name, metrics, cfg.max_streams, cfg.stream_idle_s,
                                         cfg.max_stream_fps)
         self._batch_buffers = BatchBuffers(cfg.max_batch_size)
@@ -178,13 +182,14 @@ class Model:
         return self.contract is not None and self.contract.needs_thread(req)
 
     def submit(self, prepared: Prepared, respond: Respond, *, arrival: float, priority: int = 1,
-               deadline: float | None = None) -> None:
+               deadline: float | None = None, quiet: Callable[[], bool] | None = None) -> None:
         """Queue a prepared request; ``respond`` gets its outcome exactly once. Raises
         EdgedError (and does not call ``respond``) when it cannot be accepted."""
         p = Pending(feeds=prepared.feeds, rows=prepared.rows, key=prepared.key,
                     respond=respond, priority=priority,
                     stream=prepared.stream, deadline=deadline, outputs=prepared.outputs,
-                    meta=prepared.meta, arrival=arrival, max_fps=prepared.max_fps)
+                    meta=prepared.meta, arrival=arrival, max_fps=prepared.max_fps,
+                    quiet=quiet)
         if p.stream is not None:
             self._streams.admit(p)
         try:

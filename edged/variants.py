@@ -162,6 +162,11 @@ class LiveVariant:
         self._warming: Any = None  # the background job caching the reference's results
         metrics.model_ready.labels(self.name).set(0)
 
+    @property
+    def checking(self) -> bool:
+        """The reference's results are being cached on the worker (after the first load)."""
+        return self._warming is not None and not self._warming.done()
+
     async def load(self, index: int, bind: Callable[[Loaded], InputContract]) -> None:
         """Open variant ``index`` as the first active one; ``bind`` makes the model's
         contract from it (and may refuse it).

@@ -27,7 +27,8 @@ def test_short_soak_loses_nothing_and_memory_stays_flat(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "ops" / "soak"), "--duration", "30",
-         "--capacity-seconds", "3", "--warmup", "10", "--window", "10", "--clients", "3",
+         "--capacity-seconds", "3", "--probe-step-seconds", "1", "--warmup", "10",
+         "--window", "10", "--clients", "3",
          "--max-rss-growth", str(RSS_GROWTH_BOUND_PCT), "--json", str(out)],
         capture_output=True, text=True, timeout=240, cwd=str(ROOT))
     assert out.exists(), r.stdout + r.stderr
@@ -52,3 +53,36 @@ def test_short_soak_loses_nothing_and_memory_stays_flat(tmp_path: Path) -> None:
     assert rep["rss_growth_pct"] is not None
     assert rep["rss_growth_pct"] < RSS_GROWTH_BOUND_PCT, summary
     assert rep["ok"] and r.returncode == 0, summary
+
+
+def test_soak_reports_its_open_loop_probe_refusals_and_latency(tmp_path: Path) -> None:
+    """A few seconds of soak: the report carries what the soak promises (not timings)."""
+    out = tmp_path / "soak.json"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "ops" / "soak"), "--duration", "3",
+         "--capacity-seconds", "1", "--probe-step-seconds", "0.4", "--warmup", "1",
+         "--window", "1", "--clients", "2", "--max-rss-growth", str(RSS_GROWTH_BOUND_PCT),
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=240, cwd=str(ROOT))
+    assert out.exists(), r.stdout + r.stderr
+    rep = json.loads(out.read_text())
+    probe = rep["capacity_probe"]
+    assert probe["upper_bound_rps"] > 0 and probe["lost"] == 0
+    assert isinstance(probe["capacity_is_lower_bound"], bool)
+    steps = probe["steps"]
+    assert steps, r.stderr
+    rates = [st["rate_rps"] for st in steps]
+    assert rates == sorted(rates) and len(set(rates)) == len(rates)  # a ramp, open loop
+    for st in steps:
+        assert {"rate_rps", "sent_rps", "valid_sent", "refused_pct", "p50_ms", "p99_ms",
+                "sustained"} <= set(st)
+        assert 0.0 <= st["refused_pct"] <= 100.0
+    # The capacity is a sustained step's rate (or, if none was, the soak says so).
+    sustained = [st["rate_rps"] for st in steps if st["sustained"]]
+    assert rep["capacity_rps"] in sustained or "no open-loop probe step" in r.stderr
+    assert abs(rep["target_rps"] - rep["capacity_rps"] * 0.8) < 0.2
+    for key in ("refused_pct", "p50_ms", "p99_ms", "lost", "wrong_answers", "rss_growth_pct"):
+        assert key in rep, key
+    assert rep["lost"] == 0 and rep["wrong_answers"] == 0, r.stdout
+    assert rep["p50_ms"] <= rep["p99_ms"]
+    assert f"refused {rep['refused_pct']} %" in r.stdout and "RSS growth" in r.stdout

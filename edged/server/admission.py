@@ -79,12 +79,15 @@ class Admission:
         return Ticket(model, received, respond, client)
 
     def submit(self, ticket: Ticket, prepared: Prepared, *, priority: int = 1,
-               timeout_ms: float | None = None) -> None:
-        """Queue ``prepared`` on the ticket's model; a refusal is answered and counted."""
+               timeout_ms: float | None = None,
+               quiet: Callable[[], bool] | None = None) -> None:
+        """Queue ``prepared`` on the ticket's model; a refusal is answered and counted.
+        ``quiet``: nothing else waits on the request's socket (for inline compute)."""
         deadline = ticket.received + timeout_ms / 1000.0 if timeout_ms else None
         try:
             ticket.model.submit(prepared, lambda outcome: self._finish(ticket, outcome),
-                                arrival=ticket.received, priority=priority, deadline=deadline)
+                                arrival=ticket.received, priority=priority, deadline=deadline,
+                                quiet=quiet)
         except EdgedError as e:
             self._finish(ticket, e)
 
