@@ -57,7 +57,7 @@ class Model:
         self.live = LiveVariant(cfg, metrics, self.head, self.verifier, self._batcher,
                                 self.executor, swap_headroom_bytes)
         # Inline compute (the loop thread) never meets a swap or a check on the worker.
-        self._batcher.may_inline = lambda: not self.swapping and not self.live.checking
+        self._batcher.inline.allowed = lambda: not self.swapping and not self.live.checking
         self._streams = StreamAdmission(cfg.name, metrics, cfg.max_streams, cfg.stream_idle_s,
                                         cfg.max_stream_fps)
         self._batch_buffers = BatchBuffers(cfg.max_batch_size)
