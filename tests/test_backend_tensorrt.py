@@ -32,6 +32,7 @@ import pytest
 
 from edged.backends import backend_module
 from edged.backends import tensorrt as trtb
+from edged.backends import tensorrt_plan as trtp
 from edged.backends import tensorrt_support as trts
 from edged.backends.base import run_batch
 from edged.backends.sidecar import read_sidecar, sidecar_path, write_sidecar
@@ -270,7 +271,7 @@ def _compat(sidecar: dict[str, Any] | None, **here: Any) -> None:
         "arch": "aarch64",
     }
     args.update(here)
-    trtb.check_plan_compat(Path("/models/m.engine"), sidecar, **args)
+    trtp.check_plan_compat(Path("/models/m.engine"), sidecar, **args)
 
 
 SIDECAR = {

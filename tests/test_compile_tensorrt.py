@@ -19,6 +19,7 @@ import pytest
 
 from edged.backends import tensorrt as trtb
 from edged.backends import tensorrt_keys as keys
+from edged.backends import tensorrt_plan as trtp
 from edged.backends.sidecar import write_sidecar
 from edged.backends.tensorrt_support import probe
 from edged.compile import tensorrt as trt_build
@@ -178,11 +179,11 @@ def _here(key: keys.DeviceKey, arch: str = "aarch64") -> dict[str, Any]:
 
 def test_same_device_passes_and_other_jetpack_is_refused() -> None:
     plan = Path("/models/digits/cnn-trt-fp16.sm87-orin-l4t36.4.3-trt10.3.0.engine")
-    trtb.check_plan_compat(plan, _sidecar(ORIN), **_here(ORIN))
+    trtp.check_plan_compat(plan, _sidecar(ORIN), **_here(ORIN))
     upgraded = keys.DeviceKey(gpu="Orin", compute_capability="8.7", tensorrt="10.3.0",
                               l4t="36.4.0")
     with pytest.raises(ArtifactError) as ei:
-        trtb.check_plan_compat(plan, _sidecar(ORIN), **_here(upgraded))
+        trtp.check_plan_compat(plan, _sidecar(ORIN), **_here(upgraded))
     msg = str(ei.value)
     assert "built on L4T 36.4.3 but this device is L4T 36.4.0" in msg
     assert "edged compile models/digits/cnn-fp32.onnx --out /models/digits --steps tensorrt" in msg
@@ -191,7 +192,7 @@ def test_same_device_passes_and_other_jetpack_is_refused() -> None:
 def test_every_difference_is_named_in_one_message() -> None:
     plan = Path("/m/cnn-trt-int8.sm87-orin-l4t36.4.3-trt10.3.0.engine")
     with pytest.raises(ArtifactError) as ei:
-        trtb.check_plan_compat(plan, _sidecar(ORIN), **_here(RTX, arch="x86_64"))
+        trtp.check_plan_compat(plan, _sidecar(ORIN), **_here(RTX, arch="x86_64"))
     msg = str(ei.value)
     assert msg.startswith(str(plan))
     assert "built on aarch64, this machine is x86_64" in msg
@@ -205,10 +206,10 @@ def test_version_compatible_plan_ignores_the_l4t_and_old_sidecars_skip_it() -> N
     side = _sidecar(ORIN)
     side["target"]["version_compatible"] = True
     newer = keys.DeviceKey(gpu="Orin", compute_capability="8.7", tensorrt="10.7.0", l4t="36.5.0")
-    trtb.check_plan_compat(Path("/m/p.engine"), side, **_here(newer), allow_host_code=True)
+    trtp.check_plan_compat(Path("/m/p.engine"), side, **_here(newer), allow_host_code=True)
     old = _sidecar(ORIN)
     del old["target"]["l4t"]  # written before plans were keyed: the L4T is unknown
-    trtb.check_plan_compat(Path("/m/p.engine"), old, **{**_here(ORIN), "l4t": "36.4.0"})
+    trtp.check_plan_compat(Path("/m/p.engine"), old, **{**_here(ORIN), "l4t": "36.4.0"})
 
 
 def test_a_jetson_plan_is_refused_at_load_on_this_machine_without_tensorrt(
