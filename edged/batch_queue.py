@@ -191,14 +191,23 @@ class RequestQueue:
                 break
         return rows
 
-    def drop_late(self, batch: list[Pending], compute_s: float) -> list[Pending]:
-        """Answer now the requests that cannot finish before their deadline."""
+    def drop_late(self, batch: list[Pending], compute_s: float,
+                  probe: bool = False) -> list[Pending]:
+        """Answer now the requests that cannot finish before their deadline.
+
+        ``compute_s`` is an estimate learnt from batches that ran, so it can only come
+        down if something runs: with ``probe`` the first request still inside its
+        deadline is kept whatever the estimate says (one slow spell must not leave a
+        model refusing every short-deadline request, such as Frigate's, for good)."""
         if not any(p.deadline is not None for p in batch):
             return batch
         now = time.monotonic()
         keep = []
         for p in batch:
-            if p.deadline is not None and now + compute_s > p.deadline:
+            late = p.deadline is not None and now + compute_s > p.deadline
+            if late and probe and now < (p.deadline or 0.0):
+                probe, late = False, False
+            if late:
                 self.finish(p, DeadlineExceeded(
                     f"would finish after its deadline (waited {1000 * (now - p.arrival):.1f} ms,"
                     f" compute takes ~{1000 * compute_s:.1f} ms); the request was not computed"))

@@ -44,6 +44,10 @@ from edged.batch_queue import (
 )
 from edged.errors import EdgedError, Unavailable
 
+#: with no batch started or finished for this long, the compute-time estimate is re-learnt
+#: from one request even if it says the request would be late
+PROBE_AFTER_S = 1.0
+
 __all__ = ["Batcher", "Compute", "Pending", "PerRequest", "Respond", "Result", "Throttle"]
 
 log = logging.getLogger("edged.batcher")
@@ -294,7 +298,9 @@ class Batcher:
             self._dispatch(batch)
 
     def _drop_late(self, batch: list[Pending]) -> list[Pending]:
-        return self.queue.drop_late(batch, self._ewma_compute_s or 0.0)
+        # Nothing computed for a while: let one request through to re-learn the time.
+        probe = time.monotonic() - self.last_progress > PROBE_AFTER_S
+        return self.queue.drop_late(batch, self._ewma_compute_s or 0.0, probe)
 
 
 class BatchWindow:

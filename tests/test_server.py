@@ -306,6 +306,24 @@ def test_deadline_exceeded_requests_are_answered_and_not_computed(slow_daemon: D
     assert next(x for x in m if x["name"] == "slow")["queue_depth"] == 0
 
 
+def test_a_compute_estimate_over_the_deadline_is_relearnt(slow_daemon: Daemon) -> None:
+    """The batcher refuses a request its compute-time estimate says would be late. The
+    estimate only changes when something computes, so after a quiet second one request
+    goes through whatever the estimate says: a slow spell cannot lock a model into
+    refusing every short-deadline request (Frigate's 200 ms) for good."""
+    with slow_daemon.client(timeout_s=30) as c:
+        for _ in range(2):
+            assert c.infer("slow", X64).ok  # the estimate is now the slow model's time
+        short = 20  # ms: well under one compute
+        r = c.infer("slow", X64, timeout_ms=short, raise_on_error=False)
+        assert r.status == "DEADLINE_EXCEEDED" and "would finish after" in r.header["error"]
+        time.sleep(1.3)  # nothing computed for longer than PROBE_AFTER_S
+        r = c.infer("slow", X64, timeout_ms=short, raise_on_error=False)
+        assert r.ok, r.header  # computed: its time is learnt again
+        r = c.infer("slow", X64, timeout_ms=short, raise_on_error=False)
+        assert r.status == "DEADLINE_EXCEEDED"  # just computed: the estimate stands
+
+
 def test_freshest_frame_wins_per_stream(slow_daemon: Daemon) -> None:
     with slow_daemon.client() as c:
         c.send(*build_infer("slow", X64, id="busy"))
