@@ -139,6 +139,8 @@ def wait_for_rung(d: Daemon, endpoint: str, timeout_s: float = 900.0) -> dict[st
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         g = d.ctl({"op": "status"})["frigate_rungs"].get(endpoint, {})
+        if not g:
+            return {"state": "not started (fewer frames served than int8_frames)"}
         if g.get("state") in ("offered", "refused", "failed"):
             return g
         time.sleep(1.0)
