@@ -52,6 +52,17 @@ class FrigateConfig:
     #: queue priority of these requests (0 = most important; a governor level may shed
     #: requests above a priority)
     priority: int = 1
+    #: serve the model Frigate sends (no configured ``model``); ``model`` is then the
+    #: name the transferred model is served under, ``frigate@ENDPOINT``
+    accept_models: bool = False
+    #: a model file larger than this is refused with an answer
+    max_model_bytes: int = 256 << 20
+    #: the Frigate model_type a sent model must fit (None: whichever type its graph fits)
+    model_type: str | None = None
+    #: build an INT8 rung for a sent model in the background (edged.frigate_ladder)
+    int8_rung: bool = True
+    #: frames Frigate sent that the rung is calibrated (3/4) and checked (1/4) on
+    int8_frames: int = 48
 
     def frigate_class(self, model_class: int) -> int:
         return dict(self.class_map).get(model_class, model_class)
@@ -104,6 +115,8 @@ class ServerConfig:
     endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS
     control: str = DEFAULT_CONTROL
     runtime_dir: Path | None = None
+    #: where sent models are kept (None: $STATE_DIRECTORY, else ~/.local/state/edged)
+    state_dir: Path | None = None
     drain_timeout_s: float = 10.0
     stall_timeout_s: float = 30.0
     swap_memory_headroom_mb: float = 64.0
@@ -257,6 +270,9 @@ def _server(t: Table) -> ServerConfig:
                     check=lambda c: None if c.startswith("ipc://") else
                     "the control endpoint must be ipc:// (never tcp: operator actions stay local)")
     runtime_dir = t.get_path("runtime_dir", None)
+    state_dir = t.get_path("state_dir", None)
+    if state_dir is not None and state_dir.exists() and not state_dir.is_dir():
+        t.problem("state_dir", f"{state_dir} exists and is not a directory")
     curve_t = t.table("curve")
     curve = None
     if curve_t.data:
@@ -269,6 +285,7 @@ def _server(t: Table) -> ServerConfig:
         endpoints=tuple(endpoints or DEFAULT_ENDPOINTS),
         control=control or DEFAULT_CONTROL,
         runtime_dir=runtime_dir,
+        state_dir=state_dir,
         drain_timeout_s=t.get("drain_timeout_s", float, 10.0, check=non_negative),
         stall_timeout_s=t.get("stall_timeout_s", float, 30.0, check=positive),
         swap_memory_headroom_mb=t.get("swap_memory_headroom_mb", float, 64.0,
@@ -300,8 +317,26 @@ def _class_map(t: Table) -> tuple[tuple[int, int], ...]:
 
 
 def _frigate(t: Table) -> FrigateConfig | None:
+    from edged.frigate_models import DECODER, normalize_type
+
     endpoint = t.get("endpoint", str, check=_check_endpoint)
-    model = t.get("model", str)
+    accept = t.get("accept_models", bool, False)
+    model = t.get("model", str, None)
+    if accept and model is not None:
+        t.problem("model", "give either model (a configured detector) or accept_models = "
+                  "true (the model Frigate sends), not both")
+    elif not accept and model is None:
+        t.problem("model", "missing: name a configured detection model, or set "
+                  "accept_models = true to serve the model Frigate sends")
+    if accept and endpoint:
+        model = f"frigate@{endpoint}"
+    model_type = t.get("model_type", str, None,
+                       check=lambda v: None if normalize_type(v) else
+                       f"must be one of Frigate's model types: {', '.join(DECODER)} "
+                       "(or yolo-generic)")
+    if model_type is not None and not accept:
+        t.problem("model_type", "applies with accept_models = true only (a configured model "
+                  "decodes as its [models.postprocess] says)")
     min_score = t.get("min_score", float, None,
                       check=lambda v: None if 0.0 <= v <= 1.0 else "must be between 0 and 1")
     cfg = FrigateConfig(
@@ -311,6 +346,12 @@ def _frigate(t: Table) -> FrigateConfig | None:
         timeout_ms=t.get("timeout_ms", float, 200.0, check=positive),
         priority=t.get("priority", int, 1,
                        check=lambda v: None if 0 <= v <= 1000 else "must be 0..1000"),
+        accept_models=bool(accept),
+        max_model_bytes=t.get("max_model_bytes", int, 256 << 20, check=positive),
+        model_type=normalize_type(model_type) if model_type else None,
+        int8_rung=t.get("int8_rung", bool, True),
+        int8_frames=t.get("int8_frames", int, 48,
+                          check=lambda v: None if 4 <= v <= 1024 else "must be 4..1024"),
     )
     t.done()
     return cfg if endpoint and model else None
@@ -323,7 +364,9 @@ def _check_frigate(root: Table, server: ServerConfig, models: list[ModelConfig])
     for i, f in enumerate(server.frigate):
         key = f"server.frigate[{i}]"
         m = by_name.get(f.model)
-        if m is None:
+        if f.accept_models:
+            pass  # its model comes from Frigate
+        elif m is None:
             root.problem(f"{key}.model", f"no model named {f.model!r}; models: "
                          f"{', '.join(by_name) or 'none'}")
         elif m.postprocess is None:

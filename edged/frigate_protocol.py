@@ -39,6 +39,8 @@ class FrigateRequest:
     layout: str  # "nhwc" or "nchw", as it came
     dtype: str
     model_type: str
+    #: the tensor as Frigate sent it (its shape and dtype; a view of the frame bytes)
+    tensor: np.ndarray
 
 
 def parse_request(body: list[Any], max_pixels: int) -> FrigateRequest:
@@ -83,14 +85,17 @@ def parse_request(body: list[Any], max_pixels: int) -> FrigateRequest:
     if data.nbytes != want:
         raise InvalidArgument(f"tensor frame has {data.nbytes} bytes; shape {shape} of "
                               f"{dtype_name} needs {want}")
-    arr = np.frombuffer(data, dtype=dtype).reshape(dims)
+    tensor = np.frombuffer(data, dtype=dtype).reshape(shape)
+    arr = tensor.reshape(dims)
     if layout == "nchw":
         arr = arr.transpose(1, 2, 0)
-    return FrigateRequest(_to_uint8(arr), layout, dtype_name, model_type)
+    return FrigateRequest(_to_uint8(arr), layout, dtype_name, model_type,
+                          tensor if len(shape) == 4 else tensor[None])
 
 
 def _to_uint8(arr: np.ndarray) -> np.ndarray:
-    """Frigate's float inputs are 0..255 (``float``) or 0..1 (``float_denorm``)."""
+    """Frigate's float inputs are 0..1 (``float``: divided by 255) or 0..255
+    (``float_denorm``); a tensor whose maximum is at most 1 is taken as the former."""
     if arr.dtype == np.uint8:
         return np.ascontiguousarray(arr)
     if arr.dtype == np.int8:  # some quantised models take pixels - 128
@@ -126,3 +131,45 @@ def labelmap(labels: tuple[str, ...], class_map: dict[int, int]) -> str:
     """A Frigate ``labelmap_path`` file (``ID label`` lines) for a model's labels."""
     rows = sorted((class_map.get(i, i), name) for i, name in enumerate(labels))
     return "".join(f"{i} {name}\n" for i, name in rows)
+
+
+# -- management messages (the start-up handshake and model transfer) ---------------------
+#: header keys that make a message a management message, not an inference request
+MANAGE_KEYS = ("model_request", "model_data")
+
+
+def management_header(body: list[Any]) -> dict[str, Any] | None:
+    """The header of a management message, told apart from an inference request by its
+    keys (``model_request``/``model_data``); None for anything else."""
+    if not body or len(body[0]) > MAX_HEADER_BYTES:
+        return None
+    raw = memoryview(body[0]).tobytes()
+    if b'"model_request"' not in raw and b'"model_data"' not in raw:
+        return None  # an inference header is parsed once, by parse_request
+    try:
+        h = json.loads(raw)
+    except ValueError:
+        return None
+    return h if isinstance(h, dict) and any(k in h for k in MANAGE_KEYS) else None
+
+
+def request_answer(name: str | None, available: bool, loaded: bool,
+                   message: str) -> dict[str, Any]:
+    """The answer to ``model_request`` (Frigate reads the two flags, absent = false)."""
+    return {"model_available": available, "model_loaded": loaded, "model_name": name,
+            "message": message}
+
+
+def data_answer(name: str | None, saved: bool, loaded: bool, message: str) -> dict[str, Any]:
+    """The answer to ``model_data``."""
+    return {"model_saved": saved, "model_loaded": loaded, "model_name": name,
+            "message": message}
+
+
+def refusal(header: dict[str, Any], message: str) -> dict[str, Any]:
+    """A malformed management message's answer, in the shape of the one it asked for."""
+    name = header.get("model_name")
+    name = name if isinstance(name, str) else None
+    if "model_data" in header and "model_request" not in header:
+        return data_answer(name, False, False, message)
+    return request_answer(name, False, False, message)

@@ -80,3 +80,30 @@ def test_at_most_20_rows_and_empty_is_zeros() -> None:
 
 def test_labelmap_lists_frigate_ids() -> None:
     assert labelmap(("person", "bicycle", "car"), {2: 7}) == "0 person\n1 bicycle\n7 car\n"
+
+
+@pytest.mark.parametrize("frames,management", [
+    ([b'{"model_request": true, "model_name": "a.onnx"}'], True),
+    ([b'{"model_data": true, "model_name": "a.onnx"}', b"bytes"], True),
+    ([b'{"model_request": true}'], True),  # malformed, but management: it gets a JSON answer
+    ([b'{"shape":[1,4,4,3],"dtype":"uint8","model_type":"ssd"}', bytes(48)], False),
+    ([b'{"shape":[1,4,4,3],"note":"\\"model_data\\""}', bytes(48)], False),  # a value, not a key
+    ([b"not json model_request"], False),
+    ([], False),
+])
+def test_management_messages_are_told_apart_by_their_keys(frames: list[bytes],
+                                                          management: bool) -> None:
+    from edged.frigate_protocol import management_header
+
+    assert (management_header(frames) is not None) == management
+
+
+def test_refusals_have_the_shape_of_the_answer_asked_for() -> None:
+    from edged.frigate_protocol import refusal
+
+    r = refusal({"model_request": True, "model_name": 5}, "bad")
+    assert r == {"model_available": False, "model_loaded": False, "model_name": None,
+                 "message": "bad"}
+    d = refusal({"model_data": True, "model_name": "x.onnx"}, "too big")
+    assert d == {"model_saved": False, "model_loaded": False, "model_name": "x.onnx",
+                 "message": "too big"}

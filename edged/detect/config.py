@@ -13,7 +13,8 @@ from pathlib import Path
 from edged.detect.labels import read_labels_file
 from edged.schema import Table, positive
 
-DECODERS = ("yolov8", "yolov5", "end2end", "ssd", "yolox")
+DECODERS = ("yolov8", "yolov5", "end2end", "ssd", "yolox", "yolonas", "yolo-anchors", "dfine",
+            "rfdetr")
 # "yolo" (DESIGN.md's name) picks yolov8 or yolov5 from the output's shape at load.
 AUTO_DECODERS = ("yolo",)
 # Names users will type for the same layouts (DESIGN.md says "yolo-end2end").
@@ -26,9 +27,10 @@ MAX_DET_CAP = 1000  # per-request max_det may not exceed this (reply size stays 
 
 # Box conventions each layout has unless the config overrides them.
 DEFAULT_BOX_FORMAT = {"yolo": "pixels", "yolov8": "pixels", "yolov5": "pixels", "yolox": "pixels",
-                      "end2end": "pixels", "ssd": "normalized"}
-DEFAULT_BOX_ORDER = {"end2end": "xyxy", "ssd": "yxyx"}
-NMS_IN_GRAPH = ("end2end", "ssd")
+                      "end2end": "pixels", "ssd": "normalized", "yolonas": "pixels"}
+DEFAULT_BOX_ORDER = {"end2end": "xyxy", "ssd": "yxyx", "yolonas": "xyxy"}
+#: layouts whose graph (or whose set prediction) already leaves one box per object
+NMS_IN_GRAPH = ("end2end", "ssd", "yolonas", "dfine", "rfdetr")
 
 
 def _unit(v: float) -> str | None:
@@ -83,8 +85,8 @@ class PostprocessConfig:
         for key, why in (("box_order", "always gives cx,cy,w,h"),
                          ("label_offset", "has class ids from 0 (the column of the score)")):
             if t.has(key) and base not in DEFAULT_BOX_ORDER:
-                t.problem(key, f"applies to the end2end and ssd decoders only; decoder "
-                          f"{base!r} {why}")
+                t.problem(key, f"applies to the end2end and ssd decoders only (and yolonas); "
+                          f"decoder {base!r} {why}")
         cfg_values = dict(
             decoder=decoder,
             resize=t.get("resize", str, "letterbox", choices=RESIZES),

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edged.detect.anchors import decode_yolo_anchors
+from edged.detect.detr import decode_dfine, decode_rfdetr
 from edged.detect.nms import Candidates
 
 YOLOX_STRIDES = (8, 16, 32)
@@ -148,6 +150,14 @@ def decode_ssd(outs: Sequence[np.ndarray], conf: float, p: DecodeParams) -> Cand
                          classes.reshape(-1)[:n][keep], p)
 
 
+def decode_yolonas(outs: Sequence[np.ndarray], conf: float, p: DecodeParams) -> Candidates:
+    """``[N, 7]``: batch index, x1, y1, x2, y2, score, class (super-gradients' "flat"
+    export, NMS in the graph); one image's rows (edged serves it one image a batch)."""
+    x = outs[0]
+    sub = x[x[:, 5] > conf]
+    return _with_classes(_corner_boxes(sub[:, 1:5], p), sub[:, 5], sub[:, 6], p)
+
+
 Decoder = Callable[[Sequence[np.ndarray], float, DecodeParams], Candidates]
 DECODE: dict[str, Decoder] = {
     "yolov8": decode_yolov8,
@@ -155,5 +165,9 @@ DECODE: dict[str, Decoder] = {
     "yolox": decode_yolox,
     "end2end": decode_end2end,
     "ssd": decode_ssd,
+    "yolonas": decode_yolonas,
+    "yolo-anchors": decode_yolo_anchors,
+    "dfine": decode_dfine,
+    "rfdetr": decode_rfdetr,
 }
 

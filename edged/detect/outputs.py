@@ -51,6 +51,12 @@ _EXPECTED = {
              "N = the cells at strides 8, 16, 32)",
     "end2end": "one float output [B, N, 6] (x1, y1, x2, y2, score, class per row)",
     "ssd": "4 outputs num [B], boxes [B, N, 4], scores [B, N], classes [B, N]",
+    "yolonas": "one float output [B, N, 7] (batch, x1, y1, x2, y2, score, class per row)",
+    "yolo-anchors": "3 float outputs [B, 3*(5+C), H/8, W/8], [B, 3*(5+C), H/16, W/16], "
+                    "[B, 3*(5+C), H/32, W/32]",
+    "dfine": "3 outputs labels [B, N], boxes [B, N, 4] (x1, y1, x2, y2), scores [B, N]",
+    "rfdetr": "2 outputs dets [B, N, 4] (cx, cy, w, h normalised) and labels [B, N, 1+C] "
+              "(logits)",
 }
 _SSD_KEYS = ("num", "box", "score", "class")
 
@@ -81,6 +87,10 @@ def check_outputs(decoder: str, specs: Sequence[OutputSpec], *, input_size: tupl
     expected = _EXPECTED[decoder]
     if decoder == "ssd":
         return _check_ssd(specs, expected, names)
+    if decoder == "yolo-anchors":
+        return _check_anchors(specs, expected, input_size, num_labels)
+    if decoder in ("dfine", "rfdetr"):
+        return _check_detr(decoder, specs, expected)
     if not specs:
         raise _problem(decoder, expected, specs, "the model has no outputs")
     s = specs[0]
@@ -93,10 +103,11 @@ def check_outputs(decoder: str, specs: Sequence[OutputSpec], *, input_size: tupl
             raise _problem(decoder, expected, specs, f"dim 1 ({a}) is larger than dim 2 ({b}): "
                            "this looks like rows per candidate, [B, N, 5+C] (decoder 'yolov5' "
                            "or 'yolox')")
-    elif decoder == "end2end":
+    elif decoder in ("end2end", "yolonas"):
         c = None
-        if b is not None and b != 6:
-            raise _problem(decoder, expected, specs, f"the last dim is {b}, not 6")
+        width = 6 if decoder == "end2end" else 7
+        if b is not None and b != width:
+            raise _problem(decoder, expected, specs, f"the last dim is {b}, not {width}")
     else:
         c = None if b is None else b - 5
         if a is not None and b is not None and b > a:
@@ -150,3 +161,49 @@ def _check_ssd(specs: Sequence[OutputSpec], expected: str,
     if np.dtype(boxes.dtype).kind != "f" or np.dtype(scores.dtype).kind != "f":
         raise _problem("ssd", expected, specs, "boxes and scores must be float")
     return tuple(s.name for s in chosen)
+
+
+def _check_anchors(specs: Sequence[OutputSpec], expected: str, input_size: tuple[int, int],
+                   num_labels: int | None) -> tuple[str, ...]:
+    heads = [s for s in specs if len(s.shape) == 4]
+    if len(heads) != 3:
+        raise _problem("yolo-anchors", expected, specs, f"the model has {len(heads)} rank-4 "
+                       "outputs, not 3")
+    heads.sort(key=lambda s: -(_dim(s, 2) or 0))  # finest grid (stride 8) first
+    w, h = input_size
+    for s, stride in zip(heads, (8, 16, 32), strict=True):
+        ch, ny, nx = _dim(s, 1), _dim(s, 2), _dim(s, 3)
+        if np.dtype(s.dtype).kind != "f":
+            raise _problem("yolo-anchors", expected, specs, f"output {s.name!r} is not float")
+        if ch is not None and (ch % 3 or ch // 3 < 6):
+            raise _problem("yolo-anchors", expected, specs, f"output {s.name!r} has {ch} "
+                           "channels, not 3 anchors x (5 + classes)")
+        if ch is not None and num_labels is not None and ch // 3 - 5 != num_labels:
+            raise _problem("yolo-anchors", expected, specs, f"output {s.name!r} has "
+                           f"{ch // 3 - 5} class scores but {num_labels} labels are configured")
+        if (ny, nx) != (None, None) and (ny, nx) != (h // stride, w // stride):
+            raise _problem("yolo-anchors", expected, specs, f"output {s.name!r} is a {nx}x{ny} "
+                           f"grid; a {w}x{h} input at stride {stride} gives "
+                           f"{w // stride}x{h // stride}")
+    return tuple(s.name for s in heads)
+
+
+def _check_detr(decoder: str, specs: Sequence[OutputSpec], expected: str) -> tuple[str, ...]:
+    by_name = {s.name: s for s in specs}
+    want = ("labels", "boxes", "scores") if decoder == "dfine" else ("dets", "labels")
+    missing = [n for n in want if n not in by_name]
+    if missing:
+        raise _problem(decoder, expected, specs, f"no output named {', '.join(missing)}")
+    ranks = {"labels": 2 if decoder == "dfine" else 3, "boxes": 3, "scores": 2, "dets": 3}
+    for n in want:
+        s = by_name[n]
+        if len(s.shape) != ranks[n]:
+            raise _problem(decoder, expected, specs, f"output {n!r} has rank {len(s.shape)}, "
+                           f"not {ranks[n]}")
+    box = by_name["boxes" if decoder == "dfine" else "dets"]
+    if _dim(box, 2) not in (None, 4):
+        raise _problem(decoder, expected, specs, f"output {box.name!r} must end in 4 values")
+    if decoder == "rfdetr" and (_dim(by_name["labels"], 2) or 2) < 2:
+        raise _problem(decoder, expected, specs, "labels needs a column per class after "
+                       "column 0")
+    return want

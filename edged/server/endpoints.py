@@ -71,7 +71,9 @@ class Endpoints:
                         "zmq detector has no CURVE; use ipc:// or loopback, or set [server] "
                         "insecure = true")
                 log.warning("insecure: frigate endpoint %s accepts unauthenticated clients", ep)
-            self.frigate.append((f, ep, self._bind_router(ep, cfg, None)))
+            # A model file travels in one frame: read it (and answer) up to twice the limit.
+            cap = max(cfg.limits.hard_cap, 2 * f.max_model_bytes) if f.accept_models else None
+            self.frigate.append((f, ep, self._bind_router(ep, cfg, None, cap)))
 
     def _security(self, cfg: ServerConfig) -> tuple[bytes, bytes] | None:
         """Refuse network endpoints without CURVE (unless insecure); start CURVE auth."""
@@ -100,14 +102,15 @@ class Endpoints:
         return keys
 
     def _bind_router(self, ep: str, cfg: ServerConfig,
-                     server_keys: tuple[bytes, bytes] | None) -> zmq.asyncio.Socket:
+                     server_keys: tuple[bytes, bytes] | None,
+                     max_msg: int | None = None) -> zmq.asyncio.Socket:
         s = self.ctx.socket(zmq.ROUTER)
         try:
             s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply is never dropped silently
             s.setsockopt(zmq.LINGER, 1000)
             # A frame above the hard cap makes libzmq drop the peer before we read it; up
             # to the cap, an oversize message is read and answered RESOURCE_EXHAUSTED.
-            s.setsockopt(zmq.MAXMSGSIZE, cfg.limits.hard_cap)
+            s.setsockopt(zmq.MAXMSGSIZE, max_msg or cfg.limits.hard_cap)
             # Per peer: unread messages libzmq may buffer (each up to max_message_bytes).
             s.setsockopt(zmq.RCVHWM, 1000)
             s.setsockopt(zmq.SNDHWM, 1000)

@@ -8,6 +8,10 @@ included, compute together under the same governor, deadline and metrics. Frigat
 gives up after ``request_timeout_ms`` and cannot read an error, so every request gets
 exactly one reply and a failure is an all-zero result plus a counted error
 (``edged_frigate_requests_total{status!="OK"}``), never silence.
+
+Management messages (the start-up handshake, a model file) are told apart by their
+header keys and answered by ``frigate_manage``; a sent model's requests are prepared
+by ``frigate_sent`` (the tensor as Frigate made it when it is the model's input).
 """
 
 from __future__ import annotations
@@ -22,10 +26,17 @@ import zmq.asyncio
 
 from edged.config import FrigateConfig
 from edged.errors import EdgedError
-from edged.frigate_protocol import MAX_ROWS, ZEROS, encode_result, parse_request
+from edged.frigate_protocol import (
+    MAX_ROWS,
+    ZEROS,
+    encode_result,
+    management_header,
+    parse_request,
+)
 from edged.model import Result
 from edged.server.admission import Admission, Ticket
 from edged.server.endpoints import send, split_envelope
+from edged.server.frigate_manage import FrigateManage, ManagedEndpoint
 from edged.server.state import ServerState
 
 log = logging.getLogger("edged.frigate")
@@ -35,8 +46,10 @@ class _Endpoint:
     """One bound Frigate endpoint: its config and its metric series."""
 
     def __init__(self, state: ServerState, cfg: FrigateConfig, address: str,
-                 sock: zmq.asyncio.Socket) -> None:
+                 sock: zmq.asyncio.Socket, manage: ManagedEndpoint) -> None:
         self.cfg = cfg
+        #: the handshake/transfer side of this endpoint (frigate_manage)
+        self.manage = manage
         self.address = address
         self.sock = sock
         self.class_map = dict(cfg.class_map)
@@ -57,21 +70,27 @@ class FrigatePath:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self.admission = Admission(state)
+        self.manage = FrigateManage(state)
 
     async def recv_loop(self, cfg: FrigateConfig, address: str,
                         sock: zmq.asyncio.Socket) -> None:
-        ep = _Endpoint(self.state, cfg, address, sock)
-        log.info("frigate endpoint %s serves model %s", address, cfg.model)
+        ep = _Endpoint(self.state, cfg, address, sock, self.manage.endpoint(cfg, address))
+        log.info("frigate endpoint %s serves model %s%s", address, cfg.model,
+                 " (the model Frigate sends)" if cfg.accept_models else "")
         while True:
             frames = await sock.recv_multipart(copy=False)
             try:
-                self.handle(ep, frames)
+                envelope, body = split_envelope(frames)
+                header = management_header(body)
+                if header is not None:
+                    self.manage.handle(sock, ep.manage, envelope, header, body)
+                else:
+                    self.handle(ep, envelope, body)
             except Exception:  # nothing a client sends may stop the loop
                 log.exception("unhandled error while handling a Frigate request")
 
-    def handle(self, ep: _Endpoint, frames: list[zmq.Frame]) -> None:
+    def handle(self, ep: _Endpoint, envelope: list[bytes], body: list[zmq.Frame]) -> None:
         received = time.monotonic()
-        envelope, body = split_envelope(frames)
         try:
             ticket = self.admission.admit(ep.cfg.model, received,
                                           functools.partial(self._respond, ep, envelope))
@@ -81,10 +100,18 @@ class FrigatePath:
         try:
             self.admission.check_size(body)
             req = parse_request(body, self.state.config.server.limits.max_image_pixels)
-            prepared = ticket.model.prepare_frame(req.frame, ep.cfg.input_pixel_format,
-                                                  ep.options)
+            if ep.manage.sent is not None:
+                prepared = self.manage.sent.prepare(ep.manage.sent, ticket.model, req,
+                                                    ep.options)
+            else:
+                prepared = ticket.model.prepare_frame(req.frame, ep.cfg.input_pixel_format,
+                                                      ep.options)
         except EdgedError as e:
             self.admission.fail(ticket, e)
+            return
+        except Exception as e:  # a bug still answers (zeros) and is counted once
+            log.exception("frigate %s: request failed", ep.address)
+            self.admission.fail(ticket, EdgedError(f"{type(e).__name__}: {e}"))
             return
         ticket.context = (req.frame.shape[1], req.frame.shape[0])  # what rows normalise to
         self.admission.submit(ticket, prepared, priority=ep.cfg.priority,

@@ -11,6 +11,19 @@ native one with the same 320x320 frame (BGR, as OpenCV gives it) and pre-encoded
 Modes alternate per round so a change in the machine's load hits both. Prints per mode
 throughput, p50/p99 reply time and replies that were all zeros (a request the daemon
 could not serve in time), then the ratio frigate/native.
+
+    PYTHONPATH=. python scripts/bench/bench_frigate.py --plugin --clients 4,8 --seconds 10
+
+``--plugin`` measures what Frigate's own plugin sees, with ``edged.frigate_client``
+(REQ, 200 ms timeouts, the handshake, a socket reset and new handshake after a timeout):
+the warm handshake answer time (p50/p99 of ``--handshakes`` handshakes on a configured
+endpoint), transfer -> first detection for the 12 MB person detector sent to an
+``accept_models`` endpoint (fresh state directory), then for each client count the
+detections/s (non-zero replies), zero replies, resets and p99 of plugin clients on the
+sent model, beside native clients on the same model; then waits for the sent model's INT8
+rung (built in the background from the frames sent), pins the governor one rung down and
+measures the plugin clients again: the rung's build time and speed-up. Needs a quiet
+machine.
 """
 
 from __future__ import annotations
@@ -109,16 +122,165 @@ def run_clients(endpoint: str, msg: list[bytes], mode: str, clients: int,
             **percentiles_ms(lat, (50, 99))}
 
 
+def plugin_config(tmp: Path, ports: tuple[int, int], timeout_ms: float) -> Path:
+    p = config(tmp, ports[0], timeout_ms)
+    text = p.read_text().replace("[server]\n", f'[server]\nstate_dir = "{tmp / "state"}"\n', 1)
+    text = text.replace("[metrics]", f'[[server.frigate]]\nendpoint = '
+                        f'"tcp://127.0.0.1:{ports[1]}"\naccept_models = true\n'
+                        f"timeout_ms = {timeout_ms}\n[metrics]", 1)
+    (tmp / "sysfs").mkdir(exist_ok=True)
+    p.write_text(text + f'[governor]\nenabled = true\nsysfs_root = "{tmp / "sysfs"}"\n'
+                 "interval_s = 0.2\nswap_min_interval_s = 0\n[[governor.levels]]\n"
+                 'name = "warm"\nenter_c = 70.0\nexit_c = 65.0\nladder_steps = 1\n')
+    return p
+
+
+def wait_for_rung(d: Daemon, endpoint: str, timeout_s: float = 900.0) -> dict[str, Any]:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        g = d.ctl({"op": "status"})["frigate_rungs"].get(endpoint, {})
+        if not g:
+            return {"state": "not started (fewer frames served than int8_frames)"}
+        if g.get("state") in ("offered", "refused", "failed"):
+            return g
+        time.sleep(1.0)
+    return {"state": "timed out"}
+
+
+def plugin_clients(endpoint: str, tensor: np.ndarray, clients: int, seconds: float
+                   ) -> dict[str, Any]:
+    """``clients`` FrigateDetector processes' worth of threads calling detect_raw."""
+    from edged.frigate_client import FrigateDetector
+
+    model = ROOT / "models" / "person" / "ssdlite-fp32.onnx"
+    dets = [FrigateDetector(endpoint, model, "ssd", 200) for _ in range(clients)]
+    lat: list[float] = []
+    found = zeros = 0
+    lock = threading.Lock()
+    start = threading.Barrier(clients + 1)
+    end = [0.0]
+
+    def client(f: Any) -> None:
+        nonlocal found, zeros
+        mine, hit, z = [], 0, 0
+        start.wait()
+        while time.perf_counter() < end[0]:
+            t0 = time.perf_counter()
+            r = f.detect_raw(tensor)
+            mine.append(time.perf_counter() - t0)
+            if r[0, 1] > 0:
+                hit += 1
+            else:
+                z += 1
+        with lock:
+            lat.extend(mine)
+            found += hit
+            zeros += z
+
+    threads = [threading.Thread(target=client, args=(f,)) for f in dets]
+    for t in threads:
+        t.start()
+    end[0] = time.perf_counter() + seconds
+    t0 = time.perf_counter()
+    start.wait()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    resets = sum(f.events.resets for f in dets)
+    not_ready = sum(not f.ready for f in dets)
+    for f in dets:
+        f.close()
+    return {"clients": clients, "detections_per_s": found / elapsed, "zeros": zeros,
+            "replies": len(lat), "resets": resets, "not_ready_at_end": not_ready,
+            **percentiles_ms(lat, (50, 99))}
+
+
+def plugin_main(args: argparse.Namespace) -> int:
+    from edged.frigate_client import FrigateDetector
+
+    counts = [int(c) for c in str(args.clients).split(",")]
+    rgb = np.ascontiguousarray(cv2.cvtColor(photo(), cv2.COLOR_BGR2RGB)[None])
+    model = ROOT / "models" / "person" / "ssdlite-fp32.onnx"
+    figures: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-frigate-plugin-") as tmp_s:
+        tmp = Path(tmp_s)
+        ports = (free_port(), free_port())
+        d = Daemon(plugin_config(tmp, ports, args.timeout_ms), tmp)
+        try:
+            configured, sent = (f"tcp://127.0.0.1:{p}" for p in ports)
+            times = []
+            for _ in range(args.handshakes + 1):
+                f = FrigateDetector(configured, "/m/bench.onnx", "ssd", 200)
+                assert f.ready and f.handshake_s is not None
+                times.append(f.handshake_s)
+                f.close()
+            figures["handshake_warm"] = percentiles_ms(times[1:], (50, 99))
+            t0 = time.perf_counter()
+            f = FrigateDetector(sent, model, "ssd", 200)
+            ready_s = time.perf_counter() - t0
+            first = f.detect_raw(rgb)
+            figures["transfer"] = {"model_bytes": model.stat().st_size,
+                                   "handshake_and_transfer_s": ready_s,
+                                   "to_first_detection_s": time.perf_counter() - t0,
+                                   "first_found": bool(first[0, 1] > 0)}
+            f.close()
+            msgs = messages(photo())
+            for n in counts:
+                plugin_clients(sent, rgb, n, 1.0)  # warm up
+                res = plugin_clients(sent, rgb, n, args.seconds)
+                nat = run_clients(d.tcp, msgs["native"], "native", n, args.seconds)
+                figures[f"clients_{n}"] = {"plugin": res, "native": nat}
+                print(f"{n} clients: plugin {res['detections_per_s']:.1f} detections/s, p99 "
+                      f"{res['p99_ms']:.1f} ms, zeros {res['zeros']} of {res['replies']}, "
+                      f"resets {res['resets']}; native {nat['served_per_s']:.1f}/s, p99 "
+                      f"{nat['p99_ms']:.1f} ms", flush=True)
+            rung = wait_for_rung(d, sent)
+            figures["int8_rung"] = rung
+            print(f"int8 rung: {rung.get('state')} build_s {rung.get('build_s')} "
+                  f"{rung.get('check') or rung.get('error') or ''}", flush=True)
+            if rung.get("state") == "offered":
+                d.ctl({"op": "level", "level": "warm"})
+                name = f"frigate@{sent}"
+                end = time.monotonic() + 120
+                while time.monotonic() < end and not any(
+                        m["name"] == name and str(m["active_variant"]).endswith("-int8")
+                        for m in d.ctl({"op": "status"})["models"]):
+                    plugin_clients(sent, rgb, 1, 0.5)  # served frames: the swap's check inputs
+                n = counts[-1]
+                res = plugin_clients(sent, rgb, n, args.seconds)
+                fp32 = figures[f"clients_{n}"]["plugin"]["detections_per_s"]
+                figures["int8_rung"]["clients"] = res
+                print(f"{n} clients on the int8 rung: {res['detections_per_s']:.1f} "
+                      f"detections/s (x{res['detections_per_s'] / max(fp32, 1e-9):.2f} the "
+                      f"fp32 rung), p99 {res['p99_ms']:.1f} ms", flush=True)
+        finally:
+            d.stop()
+    hs = figures["handshake_warm"]
+    tr = figures["transfer"]
+    print(f"warm handshake p50 {hs['p50_ms']:.2f} ms p99 {hs['p99_ms']:.2f} ms; transfer of "
+          f"{tr['model_bytes']} bytes -> first detection {tr['to_first_detection_s']:.2f} s")
+    if args.json:
+        print(json.dumps({**figures, "machine": machine_info()}, indent=1))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--clients", default="4",
+                    help="clients (with --plugin: a comma-separated list, e.g. 4,8)")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--timeout-ms", type=float, default=200.0,
                     help="the Frigate endpoint's timeout_ms (Frigate's request_timeout_ms); a "
                          "large value compares pure throughput, deadlines aside")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    ap.add_argument("--plugin", action="store_true",
+                    help="Frigate's plugin's view: handshake, transfer, plugin clients")
+    ap.add_argument("--handshakes", type=int, default=50)
     args = ap.parse_args()
+    if args.plugin:
+        return plugin_main(args)
+    args.clients = int(args.clients)
     with tempfile.TemporaryDirectory(prefix="bench-frigate-") as tmp_s:
         tmp = Path(tmp_s)
         port = free_port()
