@@ -17,6 +17,13 @@ from edged.backends.base import BackendOptions
 from edged.detect.config import PostprocessConfig
 from edged.errors import ConfigError
 from edged.governor.config import GovernorConfig
+from edged.kserve.config import (
+    KServeConfig,
+    OffloadConfig,
+    check_offload_models,
+    parse_kserve,
+    parse_offload,
+)
 from edged.preprocess import PreprocessConfig
 from edged.schema import Table, non_negative, positive, raise_if_problems
 from edged.verify.config import BY_PRECISION, ModelVerify, VariantVerify
@@ -127,6 +134,7 @@ class ServerConfig:
     curve: CurveConfig | None = None
     frigate: tuple[FrigateConfig, ...] = ()
     shm: ShmConfig = field(default_factory=ShmConfig)
+    kserve: KServeConfig = field(default_factory=KServeConfig)
 
 
 @dataclass(frozen=True)
@@ -183,6 +191,7 @@ class Config:
     metrics: MetricsConfig
     models: tuple[ModelConfig, ...]
     governor: GovernorConfig
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
 
     def model(self, name: str) -> ModelConfig | None:
         return next((m for m in self.models if m.name == name), None)
@@ -297,6 +306,7 @@ def _server(t: Table) -> ServerConfig:
         curve=curve,
         frigate=tuple(f for f in (_frigate(ft) for ft in t.tables("frigate")) if f),
         shm=_shm(t.table("shm")),
+        kserve=parse_kserve(t.table("kserve")),
     )
     t.done()
     return cfg
@@ -473,10 +483,13 @@ def parse_config(data: dict[str, Any], file: Path | str) -> Config:
     _check_frigate(root, server, models)
     gov_t = root.table("governor")
     governor = GovernorConfig.from_table(gov_t)
+    off_t = root.table("offload")
+    offload = parse_offload(off_t)
+    check_offload_models(off_t, offload, {m.name: [v.name for v in m.variants] for m in models})
     root.done()
     raise_if_problems(root.problems)
     return Config(file=file, server=server, metrics=metrics, models=tuple(models),
-                  governor=governor)
+                  governor=governor, offload=offload)
 
 
 def load_config(path: str | Path) -> Config:

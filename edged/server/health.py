@@ -100,6 +100,7 @@ class Health:
             "control": st.control_endpoint,
             "frigate": st.frigate_endpoints,
             "frigate_rungs": st.frigate_rungs,
+            "kserve": st.kserve_endpoints,
             "metrics": (f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled
                         else None),
             "requests_per_second": round(self.requests_per_second(), 2),

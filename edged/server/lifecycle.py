@@ -30,6 +30,7 @@ from edged.server.frigate import FrigatePath
 from edged.server.governing import Governing
 from edged.server.health import Health
 from edged.server.inference import InferencePath
+from edged.server.kserve import KServeRoom
 from edged.server.reload import Reloader
 from edged.server.shm import ShmRings
 from edged.server.state import ServerState, StartupError, swap_headroom_bytes
@@ -51,6 +52,7 @@ class Server:
         self.shm = ShmRings(state)
         self.inference = InferencePath(state, self.health, self.shm)
         self.frigate = FrigatePath(state)
+        self.kserve = KServeRoom(state)
         self.endpoints = Endpoints()
         self.reloader = Reloader(state, self.endpoints, self.governing)
         self.control = Control(state, self.health, self.governing, self.reload,
@@ -92,6 +94,10 @@ class Server:
         self._tasks.append(loop.create_task(self.control.loop(ep.control), name="control"))
         self.governing.configure(cfg)
         self._tasks.append(loop.create_task(self.governing.loop(), name="governor"))
+        try:
+            await self.kserve.start(cfg.server.kserve)
+        except (OSError, ImportError) as e:
+            raise StartupError(str(e)) from None
         await self._load(list(cfg.models), startup=True)
         self._tasks.append(loop.create_task(self.health.watchdog_loop(), name="watchdog"))
         st.ready = True
@@ -136,6 +142,9 @@ class Server:
     async def reload(self) -> dict[str, Any]:
         res = await self.reloader.reload()
         if res["ok"]:
+            problems = await self.kserve.apply(self.state.config.server.kserve)
+            if problems:
+                res = {**res, "kserve_errors": problems}
             self.state.notifier.ready(self.health.status_line())
         return res
 
@@ -160,6 +169,7 @@ class Server:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        await self.kserve.stop()
         await st.registry.close()
         self.governing.close()
         self.endpoints.close()

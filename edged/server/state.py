@@ -46,6 +46,8 @@ class ServerState:
     frigate_endpoints: dict[str, str] = field(default_factory=dict)
     #: the INT8 rung of a model Frigate sent, per endpoint (frigate_rungs writes it)
     frigate_rungs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: [server.kserve] listeners as bound: "grpc"/"http" -> address
+    kserve_endpoints: dict[str, str] = field(default_factory=dict)
     #: the outcome of the last reload (status shows it)
     last_reload: dict[str, Any] | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
