@@ -45,13 +45,18 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except EdgedError as e:
         return _error(e)
-    except web.HTTPRequestEntityTooLarge as e:
-        return _error(ResourceExhausted(f"request body exceeds the limit of {e.max_size} bytes "
-                                        "([server.limits] max_message_bytes)"), 413)
+    except web.HTTPRequestEntityTooLarge:
+        return _too_large(request)
     except web.HTTPException as e:
         if e.status < 400:
             raise
         return web.json_response({"error": e.reason}, status=e.status)
+
+
+def _too_large(request: web.Request) -> web.Response:
+    limit = request.app["max_bytes"]
+    return _error(ResourceExhausted(f"the request body exceeds the limit of {limit} bytes "
+                                    "([server.limits] max_message_bytes)"), 413)
 
 
 class KServeHttp:
@@ -63,6 +68,7 @@ class KServeHttp:
         limits = core.state.config.server.limits
         app = web.Application(client_max_size=limits.max_message_bytes,
                               middlewares=[_errors])
+        app["max_bytes"] = limits.max_message_bytes
         r = app.router
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.ready)
@@ -132,6 +138,8 @@ class KServeHttp:
         name = request.match_info["model"]
         self.core.model(name, request.match_info.get("version", ""))
         limits = self.core.state.config.server.limits
+        if (request.content_length or 0) > limits.max_message_bytes:
+            return _too_large(request)  # refused unread
         body = memoryview(await request.read())
         header_len = request.headers.get(HEADER_LENGTH)
         if header_len is not None:

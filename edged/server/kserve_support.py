@@ -151,12 +151,12 @@ class KServeCore:
         for m in models:
             req_n, req_s = _hist(met.request_duration.labels(m.name))
             q_n, q_s = _hist(met.queue_duration.labels(m.name))
-            rows_n, rows = _hist(met.batch_size.labels(m.name))
+            _, rows = _hist(met.batch_size.labels(m.name))
             exec_n = exec_s = 0.0
             for v in m.variant_names:
                 n, s = _hist(met.compute_duration.labels(m.name, v))
                 exec_n, exec_s = exec_n + n, exec_s + s
-            fail = sum(c.get() for labels, c in _children(met.requests)
+            fail = sum(c._value.get() for labels, c in _children(met.requests)
                        if labels[0] == m.name and labels[2] != "OK")
             out.append({
                 "name": m.name, "version": "1", "last_inference": 0,
