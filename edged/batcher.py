@@ -101,6 +101,12 @@ class Batcher:
     def depth(self) -> int:
         return self.queue.depth
 
+    def predicted_latency_s(self) -> float:
+        """Seconds until a request queued now would be answered: the batches ahead of it
+        (the one computing included) and its own, at the EWMA compute time."""
+        est = self._ewma_compute_s or 0.0
+        return (self.depth // self._cap() + (1 if self.busy else 0) + 1) * est
+
     def start(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._worker(), name=f"batcher-{self.model}")

@@ -53,6 +53,8 @@ class LevelConfig:
     max_batch_size: int | None = None
     max_rate_hz: float | None = None
     shed_priority_above: int | None = None
+    #: models whose requests go to the [offload] server while this level holds
+    offload: tuple[str, ...] = ()
 
     @property
     def has_trigger(self) -> bool:
@@ -77,6 +79,7 @@ class LevelConfig:
         max_batch_size = t.get("max_batch_size", int, None, check=positive)
         max_rate_hz = t.get("max_rate_hz", float, None, check=positive)
         shed = t.get("shed_priority_above", int, None, check=non_negative)
+        offload = t.get_list("offload", str, [])
         t.done()
         if exit_c is not None and enter_c is None:
             t.problem("exit_c", "given without enter_c")
@@ -111,6 +114,7 @@ class LevelConfig:
             max_batch_size=max_batch_size,
             max_rate_hz=max_rate_hz,
             shed_priority_above=shed,
+            offload=tuple(offload or ()),
         )
 
 

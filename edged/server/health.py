@@ -101,6 +101,7 @@ class Health:
             "frigate": st.frigate_endpoints,
             "frigate_rungs": st.frigate_rungs,
             "kserve": st.kserve_endpoints,
+            "offload": st.offload.status() if st.offload is not None else None,
             "metrics": (f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled
                         else None),
             "requests_per_second": round(self.requests_per_second(), 2),

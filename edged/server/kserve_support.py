@@ -31,6 +31,7 @@ from edged.kserve.tensors import Tensor, datatype, triton_type
 from edged.metrics import LATENCY_BUCKETS
 from edged.model import Model
 from edged.protocol import InputMeta, Request
+from edged.server import offload
 from edged.server.state import ServerState
 
 log = logging.getLogger("edged.kserve")
@@ -191,7 +192,7 @@ class KServeCore:
                 prepared = await self._prepare_off_loop(model, req)
             else:
                 prepared = model.prepare(req)
-            result = await _enter(model, req, prepared, call.received)
+            result = await _enter(self.state, model, req, prepared, call.received)
             answer = self._answer(model, call, result)
         except EdgedError as e:
             self._count(protocol, call.model, model, e.status, call.received)
@@ -283,7 +284,7 @@ class KServeCore:
                 label, model.active_variant if model is not None else "", status).inc()
 
 
-def _enter(model: Model, req: Request, prepared: Any, received: float
+def _enter(state: ServerState, model: Model, req: Request, prepared: Any, received: float
            ) -> asyncio.Future[Result]:
     """Queue a prepared request in the model's batcher; the future holds its outcome.
 
@@ -295,7 +296,7 @@ def _enter(model: Model, req: Request, prepared: Any, received: float
     p = Pending(feeds=feeds, rows=rows, key=key, respond=functools.partial(_settle, fut),
                 priority=req.priority, stream=req.stream, deadline=deadline,
                 outputs=req.outputs, meta=meta, arrival=received, max_fps=req.max_fps)
-    model.submit(p)  # raises EdgedError when the request cannot be accepted
+    offload.submit(state, model, p)  # raises EdgedError when it cannot be accepted
     return fut
 
 

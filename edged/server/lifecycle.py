@@ -31,6 +31,7 @@ from edged.server.governing import Governing
 from edged.server.health import Health
 from edged.server.inference import InferencePath
 from edged.server.kserve import KServeRoom
+from edged.server.offload import Offload
 from edged.server.reload import Reloader
 from edged.server.shm import ShmRings
 from edged.server.state import ServerState, StartupError, swap_headroom_bytes
@@ -53,6 +54,7 @@ class Server:
         self.inference = InferencePath(state, self.health, self.shm)
         self.frigate = FrigatePath(state)
         self.kserve = KServeRoom(state)
+        self.offload = state.offload = Offload(state, lambda: self.governing.level)
         self.endpoints = Endpoints()
         self.reloader = Reloader(state, self.endpoints, self.governing)
         self.control = Control(state, self.health, self.governing, self.reload,
@@ -94,6 +96,8 @@ class Server:
         self._tasks.append(loop.create_task(self.control.loop(ep.control), name="control"))
         self.governing.configure(cfg)
         self._tasks.append(loop.create_task(self.governing.loop(), name="governor"))
+        await self.offload.configure(cfg.offload)
+        self._tasks.append(loop.create_task(self.offload.loop(), name="offload-health"))
         try:
             await self.kserve.start(cfg.server.kserve)
         except (OSError, ImportError) as e:
@@ -142,6 +146,7 @@ class Server:
     async def reload(self) -> dict[str, Any]:
         res = await self.reloader.reload()
         if res["ok"]:
+            await self.offload.configure(self.state.config.offload)
             problems = await self.kserve.apply(self.state.config.server.kserve)
             if problems:
                 res = {**res, "kserve_errors": problems}
@@ -170,6 +175,7 @@ class Server:
                 await t
         self._tasks.clear()
         await self.kserve.stop()
+        await self.offload.close()
         await st.registry.close()
         self.governing.close()
         self.endpoints.close()

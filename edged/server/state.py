@@ -51,6 +51,8 @@ class ServerState:
     #: the outcome of the last reload (status shows it)
     last_reload: dict[str, Any] | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    #: the offload room (edged.server.offload.Offload) every protocol room submits through
+    offload: Any = None
 
     @property
     def serving(self) -> bool:

@@ -1,0 +1,158 @@
+"""Offload: hand a request to a bigger KServe v2 server when this device should not compute it.
+
+When: the governor's level lists the model (``offload = ["person"]``: the board is hot),
+or, with ``on_deadline``, the model's queue would answer after the request's deadline (the
+batcher's EWMA of compute time predicts it). Only to a remote whose background health
+check passes (a dead remote is never tried on the request path) and only tensors: the
+request is prepared here as always, its tensors go to the remote, and a detector's raw
+outputs come back to be decoded here, so replies look the same, with ``variant =
+"remote:<name>"``. On any remote failure the request is computed here if its deadline
+still allows, else answered DEADLINE_EXCEEDED. ``submit`` is what every room calls
+instead of ``Model.submit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from edged.batcher import Pending, Result
+from edged.errors import DeadlineExceeded, EdgedError
+from edged.kserve.config import OffloadConfig, OffloadModel
+from edged.metrics import LATENCY_BUCKETS
+from edged.model import Model
+from edged.server.state import ServerState
+
+log = logging.getLogger("edged.offload")
+
+
+def submit(state: ServerState, model: Model, p: Pending) -> None:
+    """Queue ``p`` here or hand it to the offload server; raises EdgedError like
+    ``Model.submit`` when it cannot be accepted."""
+    off = state.offload
+    if off is None or not off.take(model, p):
+        model.submit(p)
+
+
+class Offload:
+    def __init__(self, state: ServerState, level: Any) -> None:
+        """``level()``: the governor's current level name (None without a governor)."""
+        self.state = state
+        self._level = level
+        self.cfg = OffloadConfig()
+        self._remote: Any = None  # edged.kserve.remote.Remote
+        self._up: dict[str, bool] = {}
+        r = state.metrics.registry
+        self.m_requests = Counter(
+            "edged_offload_requests", "Requests handed to the [offload] server, by model, why "
+            "(governor|deadline) and outcome (remote: answered there; fallen_back: the remote "
+            "failed and it was computed here; failed: no time left to)",
+            ["model", "reason", "outcome"], registry=r)
+        self.m_remote = Histogram(
+            "edged_offload_remote_duration_seconds", "Remote infer call, send to answer",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.m_up = Gauge("edged_offload_remote_up", "1 while the remote's health check "
+                          "passes for the model", ["model"], registry=r)
+
+    async def configure(self, cfg: OffloadConfig) -> None:
+        """At start and after a reload: a new remote client when the section changed."""
+        if cfg == self.cfg:
+            return
+        await self.close()
+        self.cfg = cfg
+        self._up = {m.model: False for m in cfg.models}
+        for m in cfg.models:
+            self.m_up.labels(m.model).set(0)
+        if cfg.enabled:
+            from edged.kserve.remote import Remote
+
+            self._remote = Remote(cfg)
+            log.info("offload to %s for %s", cfg.url, ",".join(m.model for m in cfg.models))
+
+    async def loop(self) -> None:
+        """Background health checks (the lifecycle runs this task)."""
+        while True:
+            remote, cfg = self._remote, self.cfg
+            if remote is not None:
+                for m in cfg.models:
+                    ok = await remote.ready(m.remote_model, min(cfg.health_interval_s, 2.0))
+                    if ok != self._up.get(m.model):
+                        log.log(logging.INFO if ok else logging.WARNING,
+                                "offload remote %s model %s is %s", cfg.url, m.remote_model,
+                                "up" if ok else "down")
+                    self._up[m.model] = ok
+                    self.m_up.labels(m.model).set(int(ok))
+            await asyncio.sleep(cfg.health_interval_s)
+
+    def status(self) -> dict[str, Any] | None:
+        if not self.cfg.enabled:
+            return None
+        return {"url": self.cfg.url, "up": dict(self._up)}
+
+    def take(self, model: Model, p: Pending) -> bool:
+        """Start computing ``p`` remotely and return True, or return False (local)."""
+        mapping = self.cfg.for_model(model.name)
+        if mapping is None or self._remote is None or not self._up.get(model.name):
+            return False
+        if p.meta is not None and getattr(p.meta, "track", False):
+            return False  # track ids live in this daemon's per-stream trackers
+        reason = self._reason(model, p)
+        if reason is None:
+            return False
+        self.state.spawn(self._run(model, p, mapping, reason))
+        return True
+
+    def _reason(self, model: Model, p: Pending) -> str | None:
+        level = self._level()
+        if level is not None:
+            for lv in self.state.config.governor.levels or ():
+                if lv.name == level and model.name in lv.offload:
+                    return "governor"
+        if (self.cfg.on_deadline and p.deadline is not None
+                and time.monotonic() + model.predicted_latency_s() > p.deadline):
+            return "deadline"
+        return None
+
+    async def _run(self, model: Model, p: Pending, mapping: OffloadModel, reason: str) -> None:
+        t0 = time.monotonic()
+        timeout = self.cfg.timeout_ms / 1000.0
+        if p.deadline is not None:
+            timeout = max(0.001, min(timeout, p.deadline - t0))
+        names = [o.name for o in model.outputs] if model.detector else (
+            p.outputs or [o.name for o in model.outputs])
+        try:
+            outs = await self._remote.infer(mapping.remote_model, p.feeds, names, timeout)
+            done = model.finish_remote(p, outs)
+        except Exception as e:
+            self._fallback(model, p, reason, e)
+            return
+        took = time.monotonic() - t0
+        self.m_remote.labels(model.name).observe(took)
+        self.m_requests.labels(model.name, reason, "remote").inc()
+        p.respond(p, Result(f"remote:{mapping.remote_model}", done[0], t0 - p.arrival, took,
+                            p.rows, done[1]))
+
+    def _fallback(self, model: Model, p: Pending, reason: str, err: Exception) -> None:
+        if getattr(err, "down", False):
+            self._up[model.name] = False  # not tried again until a health check passes
+            self.m_up.labels(model.name).set(0)
+        log.warning("offload of a %s request failed (%s); computing it here", model.name, err)
+        if p.deadline is not None and time.monotonic() + model.predicted_latency_s() > p.deadline:
+            self.m_requests.labels(model.name, reason, "failed").inc()
+            p.respond(p, DeadlineExceeded(f"the offload server failed ({err}) and there is no "
+                                          "time left to compute it here"))
+            return
+        self.m_requests.labels(model.name, reason, "fallen_back").inc()
+        try:
+            model.submit(p)
+        except EdgedError as e:
+            p.respond(p, e)
+
+    async def close(self) -> None:
+        if self._remote is not None:
+            await self._remote.close()
+            self._remote = None

@@ -1,0 +1,140 @@
+"""Offload to a remote KServe v2 server: a second edged daemon serving its KServe endpoint on
+loopback stands in for the bigger machine (same model files, so answers must agree)."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tritonclient.grpc", reason="the kserve extra is not installed "
+                    "(pip install 'edged[kserve]')")
+from conftest import MODELS, Daemon, digits_config, free_port  # noqa: E402
+from slow_model import make_slow_model  # noqa: E402
+from sysfs_fixtures import make_thermal_zone  # noqa: E402
+from test_frigate import metric  # noqa: E402
+from test_kserve import BASE_TRIP, BUSY, slow_block  # noqa: E402
+
+from edged.client import build_infer  # noqa: E402
+
+VAL = np.load(MODELS / "validation.npz")
+X = (VAL["x"][:4].astype(np.float32) / 255.0)[:, None]
+LEVELS = """
+[[governor.levels]]
+name = "hot"
+enter_c = 80.0
+exit_c = 75.0
+offload = ["digits"]
+"""
+
+
+def wait_for(pred: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def remote_daemon(tmp: Path, scheme: str) -> tuple[Daemon, str]:
+    port = free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    slow = make_slow_model(tmp / "slow.onnx", BASE_TRIP)
+    key = "grpc" if scheme == "grpc" else "http"
+    cfg = digits_config(tmp, variants=("cnn-fp32",), server=f'[server.kserve]\n{key} = '
+                        f'"127.0.0.1:{port}"\n', extra_models=slow_block(slow, "slow", 8, 64))
+    return Daemon(cfg, tmp), f"{scheme}://127.0.0.1:{port}"
+
+
+def local_daemon(tmp: Path, url: str) -> Daemon:
+    root = tmp / "sysroot"
+    tmp.mkdir(parents=True, exist_ok=True)
+    make_thermal_zone(root, 0, "cpu-thermal", 45000, trips=[(95000, "passive", 0)])
+    slow = make_slow_model(tmp / "slow.onnx", BASE_TRIP)
+    offload = (f'[offload]\nurl = "{url}"\ntimeout_ms = 5000\nhealth_interval_s = 0.2\n'
+               '[[offload.models]]\nmodel = "digits"\nvariant = "cnn-fp32"\n'
+               '[[offload.models]]\nmodel = "slow"\n')
+    governor = (f'[governor]\nenabled = true\nsysfs_root = "{root}"\ninterval_s = 0.1\n'
+                f"dwell_s = 0.1\n{LEVELS}")
+    cfg = digits_config(tmp, variants=("cnn-fp32",), governor=governor,
+                        extra_models=slow_block(slow, "slow", 8, 64) + offload)
+    return Daemon(cfg, tmp, metrics=True)
+
+
+def scrape(d: Daemon) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics").read().decode()
+
+
+def offloaded(d: Daemon, outcome: str, model: str = "digits") -> float:
+    return metric(scrape(d), "edged_offload_requests_total", model=model, outcome=outcome)
+
+
+def up(d: Daemon) -> dict[str, bool]:
+    return d.ctl({"op": "status"})["offload"]["up"]
+
+
+@pytest.fixture(params=["grpc", "http"])
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    remote, url = remote_daemon(tmp_path / "remote", request.param)
+    local = local_daemon(tmp_path / "local", url)
+    yield local, remote
+    local.stop()
+    remote.stop()
+
+
+def test_a_hot_level_offloads_and_a_dead_remote_falls_back(pair: Any) -> None:
+    local, remote = pair
+    with local.client(timeout_s=30) as c:
+        want = c.infer("digits", X).outputs["logits"]
+    wait_for(lambda: up(local) == {"digits": True, "slow": True}, what="remote healthy")
+    assert local.ctl({"op": "level", "level": "hot"})["status"] == "OK"
+    wait_for(lambda: local.ctl({"op": "status"})["governor"]["level"] == "hot", what="hot")
+    with local.client(timeout_s=30) as c:
+        r = c.infer("digits", X)
+        assert r.header["variant"] == "remote:digits", r.header
+        np.testing.assert_allclose(r.outputs["logits"], want, rtol=1e-5, atol=1e-5)
+        assert c.infer("slow", np.zeros((1, 64), np.float32)).header["variant"] == "loop"
+    text = scrape(local)
+    assert metric(text, "edged_offload_requests_total", model="digits", reason="governor",
+                  outcome="remote") == 1
+    assert metric(text, "edged_offload_remote_duration_seconds_count", model="digits") == 1
+    assert metric(text, "edged_requests_total", model="digits", variant="remote:digits",
+                  status="OK") == 1
+    # The remote dies: the next request is computed here, and once the health check has
+    # seen it, the remote is not tried at all.
+    remote.stop()
+    with local.client(timeout_s=30) as c:
+        r = c.infer("digits", X)
+        assert r.ok and r.header["variant"] == "cnn-fp32", r.header
+        np.testing.assert_allclose(r.outputs["logits"], want, rtol=1e-5, atol=1e-5)
+        wait_for(lambda: up(local)["digits"] is False, what="remote marked down")
+        tried = offloaded(local, "fallen_back")
+        for _ in range(3):
+            assert c.infer("digits", X).header["variant"] == "cnn-fp32"
+    assert offloaded(local, "fallen_back") == tried <= 1
+    assert metric(scrape(local), "edged_offload_remote_up", model="digits") == 0
+    assert local.ctl({"op": "level", "level": "auto"})["status"] == "OK"
+
+
+def test_a_request_that_would_miss_its_deadline_here_goes_to_the_remote(pair: Any) -> None:
+    local, _ = pair
+    busy = np.full((1, 64), BUSY, np.float32)
+    wait_for(lambda: up(local)["slow"], what="remote healthy")
+    with local.client(timeout_s=60) as c:
+        assert c.infer("slow", busy).header["variant"] == "loop"  # teaches the EWMA
+        c.send(*build_infer("slow", busy, id="busy"))
+        time.sleep(0.05)
+        r = c.infer("slow", np.zeros((1, 64), np.float32), timeout_ms=400)
+        assert r.ok and r.header["variant"] == "remote:slow", r.header
+        # Without a deadline it waits its turn here.
+        c.send(*build_infer("slow", np.zeros((1, 64), np.float32), id="patient"))
+        got = {c.recv(60).header["id"]: None for _ in range(2)}
+        assert set(got) == {"busy", "patient"}
+    assert metric(scrape(local), "edged_offload_requests_total", model="slow",
+                  reason="deadline", outcome="remote") == 1
