@@ -486,6 +486,11 @@ def parse_config(data: dict[str, Any], file: Path | str) -> Config:
     off_t = root.table("offload")
     offload = parse_offload(off_t)
     check_offload_models(off_t, offload, {m.name: [v.name for v in m.variants] for m in models})
+    for lv in governor.levels or ():
+        for name in lv.offload:
+            if offload.for_model(name) is None:
+                root.problem("governor.levels", f"level {lv.name!r}: offload {name!r} has no "
+                             "[[offload.models]] entry (where would its requests go?)")
     root.done()
     raise_if_problems(root.problems)
     return Config(file=file, server=server, metrics=metrics, models=tuple(models),

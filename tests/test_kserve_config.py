@@ -66,3 +66,12 @@ def test_offload_names_a_model_and_variant_it_has(tmp_path: Path) -> None:
     assert any("offload.url" in x and "grpc://HOST:PORT" in x for x in p), p
     p = problems(tmp_path, extra='[offload]\nurl = "grpc://127.0.0.1:8001"\n')
     assert any("offload.models" in x and "missing" in x for x in p), p
+
+
+def test_a_level_offloads_only_mapped_models(tmp_path: Path) -> None:
+    levels = '[governor]\n[[governor.levels]]\nname = "hot"\nenter_c = 80.0\noffload = ["digits"]\n'
+    cfg = digits_config(tmp_path, governor=levels)
+    with pytest.raises(ConfigError) as e:
+        load_config(cfg)
+    assert any("governor.levels" in x and "offload 'digits'" in x
+               for x in e.value.problems), e.value.problems

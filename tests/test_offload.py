@@ -14,13 +14,13 @@ import pytest
 
 pytest.importorskip("tritonclient.grpc", reason="the kserve extra is not installed "
                     "(pip install 'edged[kserve]')")
-from conftest import MODELS, Daemon, digits_config, free_port  # noqa: E402
-from slow_model import make_slow_model  # noqa: E402
-from sysfs_fixtures import make_thermal_zone  # noqa: E402
-from test_frigate import metric  # noqa: E402
-from test_kserve import BASE_TRIP, BUSY, slow_block  # noqa: E402
+from conftest import MODELS, Daemon, digits_config, free_port
+from slow_model import make_slow_model
+from sysfs_fixtures import make_thermal_zone
+from test_frigate import metric
+from test_kserve import BASE_TRIP, BUSY, slow_block
 
-from edged.client import build_infer  # noqa: E402
+from edged.client import build_infer
 
 VAL = np.load(MODELS / "validation.npz")
 X = (VAL["x"][:4].astype(np.float32) / 255.0)[:, None]
