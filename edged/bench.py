@@ -57,6 +57,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--transport", choices=("socket", "shm"), default="socket",
                    help="tensors as socket frames (default) or through a shared-memory ring "
                         "(same host only; docs/protocol.md)")
+    p.add_argument("--protocol", choices=("native", "kserve-grpc", "kserve-http"),
+                   default="native", help="what the clients speak: edged's ZeroMQ protocol "
+                   "or KServe v2 through tritonclient (needs the kserve extra and --kserve)")
+    p.add_argument("--kserve", metavar="HOST:PORT",
+                   help="the daemon's [server.kserve] grpc or http address (--protocol kserve-*)")
     p.add_argument("--json", type=Path, help="write the full result here")
     p.set_defaults(func=run)
 
@@ -77,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.clients is None:
         args.clients = 8 if args.floor else 1
+    if args.protocol != "native" and (args.kserve is None or args.transport != "socket"
+                                      or args.input == "image"):
+        print(f"edged bench: --protocol {args.protocol} needs --kserve HOST:PORT and raw "
+              "tensors (--input random or npy) over the socket transport", file=sys.stderr)
+        return 2
     with Client(args.endpoint, timeout_s=10.0) as c:
         r = c.models()
     models = {m["name"]: m for m in r.header.get("models", [])}
@@ -228,9 +238,17 @@ def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
     out = ctx.Queue()
     blobs = [bytes(f) for f in frames]
     transport = getattr(args, "transport", "socket")
-    procs = [ctx.Process(target=_client, args=(args.endpoint, header, blobs, args.in_flight,
-                                               args.duration, done, out, transport))
-             for _ in range(args.clients)]
+    protocol = getattr(args, "protocol", "native")
+    if protocol == "native":
+        target: Any = _client
+        targs: tuple[Any, ...] = (args.endpoint, header, blobs, args.in_flight, args.duration,
+                                  done, out, transport)
+    else:
+        from edged.kserve.bench_client import run_client
+
+        target, targs = run_client, (protocol, args.kserve, header, blobs, args.in_flight,
+                                     args.duration, done, out)
+    procs = [ctx.Process(target=target, args=targs) for _ in range(args.clients)]
     for p in procs:
         p.start()
     t0 = time.monotonic()
@@ -250,7 +268,8 @@ def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
             statuses[k] = statuses.get(k, 0) + v
     elapsed = max(p["elapsed"] for p in parts)
     ok = statuses.get("OK", 0)
-    return {"clients": args.clients, "in_flight": args.in_flight, "replies": int(lat.size),
+    return {"protocol": protocol, "clients": args.clients, "in_flight": args.in_flight,
+            "replies": int(lat.size),
             "ok": ok, "statuses": statuses, "throughput": ok / elapsed if elapsed else 0.0,
             **percentiles_ms(lat)}
 

@@ -490,3 +490,19 @@ def test_a_drain_answers_kserve_requests_in_flight(tmp_path: Path) -> None:
     assert len(done) == 3 and all(e is None for _, e in done), done
     assert "Traceback" not in d.log()
     d.stop()
+
+
+@pytest.mark.parametrize("protocol", ["kserve-grpc", "kserve-http"])
+def test_edged_bench_speaks_kserve(kd: Any, tmp_path: Path, protocol: str) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "bench.json"
+    address = kd.grpc_url if protocol == "kserve-grpc" else kd.http_url
+    r = subprocess.run([sys.executable, "-m", "edged", "bench", "--endpoint", kd.tcp,
+                        "--model", "digits", "--duration", "1", "--in-flight", "2",
+                        "--protocol", protocol, "--kserve", address, "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rnd = json.loads(out.read_text())["rounds"][0]["daemon"]
+    assert rnd["protocol"] == protocol and rnd["ok"] > 0 and set(rnd["statuses"]) == {"OK"}
