@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edged.errors import InvalidArgument, ResourceExhausted
-from edged.protocol import Limits
+
+if TYPE_CHECKING:
+    from edged.config import Limits
 
 #: KServe v2 datatype <-> numpy (BYTES and BF16 are not model tensor types in edged)
 DATATYPES: dict[str, np.dtype] = {

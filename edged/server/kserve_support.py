@@ -30,7 +30,7 @@ from edged.errors import EdgedError, InvalidArgument, ResourceExhausted, Unavail
 from edged.kserve.tensors import Tensor, datatype, triton_type
 from edged.metrics import LATENCY_BUCKETS
 from edged.model import Model
-from edged.protocol import InputMeta, Request
+from edged.protocol.request import InputMeta, Request
 from edged.server import offload
 from edged.server.state import ServerState
 
