@@ -263,14 +263,18 @@ def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
         p.join(10)
     lat = np.concatenate([np.asarray(p["latencies"]) for p in parts]) if parts else np.zeros(0)
     statuses: dict[str, int] = {}
+    variants: dict[str, int] = {}  # which variant answered (remote:<name> when offloaded)
     for p in parts:
         for k, v in p["statuses"].items():
             statuses[k] = statuses.get(k, 0) + v
+        for k, v in p.get("variants", {}).items():
+            variants[k] = variants.get(k, 0) + v
     elapsed = max(p["elapsed"] for p in parts)
     ok = statuses.get("OK", 0)
     return {"protocol": protocol, "clients": args.clients, "in_flight": args.in_flight,
             "replies": int(lat.size),
-            "ok": ok, "statuses": statuses, "throughput": ok / elapsed if elapsed else 0.0,
+            "ok": ok, "statuses": statuses, "variants": variants,
+            "throughput": ok / elapsed if elapsed else 0.0,
             **percentiles_ms(lat)}
 
 
@@ -286,6 +290,7 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
     sent: dict[int, float] = {}
     lat: list[float] = []
     statuses: dict[str, int] = {}
+    variants: dict[str, int] = {}
     n = 0
     t0 = time.monotonic()
     end = t0 + duration
@@ -316,11 +321,14 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
         if start is not None:
             lat.append(now - start)
         statuses[h.get("status", "?")] = statuses.get(h.get("status", "?"), 0) + 1
+        if "variant" in h:
+            variants[h["variant"]] = variants.get(h["variant"], 0) + 1
         with done.get_lock():
             done.value += 1
         if time.monotonic() < end:
             send()
-    out.put({"latencies": lat, "statuses": statuses, "elapsed": time.monotonic() - t0})
+    out.put({"latencies": lat, "statuses": statuses, "variants": variants,
+             "elapsed": time.monotonic() - t0})
     s.close(0)
     ctx.term()
 
@@ -494,7 +502,7 @@ def show(rnd: dict[str, Any]) -> None:
     d = rnd["daemon"]
     print(f"daemon: {d['throughput']:.1f} req/s  p50 {d['p50_ms']:.2f} ms  p90 "
           f"{d['p90_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms  ({d['clients']} client(s) x "
-          f"{d['in_flight']} in flight; statuses {d['statuses']})")
+          f"{d['in_flight']} in flight; statuses {d['statuses']}; variants {d['variants']})")
     for key, label in (("raw", "raw ORT"), ("raw_spin_off", "raw ORT, spinning off")):
         if key in rnd:
             r = rnd[key]

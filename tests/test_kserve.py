@@ -506,3 +506,25 @@ def test_edged_bench_speaks_kserve(kd: Any, tmp_path: Path, protocol: str) -> No
     assert r.returncode == 0, r.stderr
     rnd = json.loads(out.read_text())["rounds"][0]["daemon"]
     assert rnd["protocol"] == protocol and rnd["ok"] > 0 and set(rnd["statuses"]) == {"OK"}
+    assert rnd["variants"] == {"cnn-fp32": rnd["ok"]}
+
+
+def test_a_stream_parameter_keeps_the_freshest_frame(kd: Any) -> None:
+    """``stream``: while a frame of a camera waits, a newer one replaces it (ABORTED)."""
+    x = np.zeros((1, 64), np.float32)
+    c = gclient(kd)
+    with kd.client(timeout_s=60) as n:
+        n.send(*build_infer("slow", np.full((1, 64), BUSY / 2, np.float32), id="busy"))
+        time.sleep(0.1)
+        done: list[Any] = []
+        c.async_infer("slow", [ginput(x, "x")], callback=collect(done), request_id="old",
+                      parameters={"stream": "cam-1"})
+        time.sleep(0.1)
+        r = c.infer("slow", [ginput(x, "x")], request_id="new", parameters={"stream": "cam-1"})
+        assert r.get_response().id == "new"
+        assert n.recv(60).ok
+    while not done:
+        time.sleep(0.01)
+    err = done[0][1]
+    assert err is not None and err.status() == "StatusCode.ABORTED", done
+    assert "superseded by a newer frame" in err.message()

@@ -42,6 +42,7 @@ async def _drive(protocol: str, address: str, header: dict[str, Any], frames: li
         inputs.append(i)
     lat: list[float] = []
     statuses: dict[str, int] = {}
+    variants: dict[str, int] = {}
     t0 = time.monotonic()
     end = t0 + duration
 
@@ -49,9 +50,13 @@ async def _drive(protocol: str, address: str, header: dict[str, Any], frames: li
         while time.monotonic() < end:
             start = time.perf_counter()
             try:
-                await client.infer(header["model"], inputs)
+                r = await client.infer(header["model"], inputs)
                 status = "OK"
                 lat.append(time.perf_counter() - start)
+                v = (r.get_response().parameters["variant"].string_param
+                     if protocol == "kserve-grpc" else
+                     r.get_response()["parameters"]["variant"])
+                variants[v] = variants.get(v, 0) + 1
             except InferenceServerException as e:
                 status = str(e.status())
             statuses[status] = statuses.get(status, 0) + 1
@@ -60,4 +65,5 @@ async def _drive(protocol: str, address: str, header: dict[str, Any], frames: li
 
     await asyncio.gather(*(worker() for _ in range(in_flight)))
     await client.close()
-    return {"latencies": lat, "statuses": statuses, "elapsed": time.monotonic() - t0}
+    return {"latencies": lat, "statuses": statuses, "variants": variants,
+            "elapsed": time.monotonic() - t0}

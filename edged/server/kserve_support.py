@@ -8,7 +8,8 @@ that knows how a prepared request becomes a ``Pending``.
 
 Parameters (Triton's, docs/kserve.md): ``timeout`` in microseconds (the gRPC deadline also
 counts; the earlier wins), ``priority`` 1 = most important, 0 = default (edged: ``priority
-- 1``, default 1); a detector also takes ``conf``, ``iou``, ``max_det``, ``classes`` ("0,2").
+- 1``, default 1), ``stream`` (a camera id: freshest frame wins, DROPPED -> ABORTED); a
+detector also takes ``conf``, ``iou``, ``max_det``, ``classes`` ("0,2").
 """
 
 from __future__ import annotations
@@ -105,11 +106,11 @@ class KServeCore:
         return {"name": "edged", "version": __version__, "extensions": EXTENSIONS}
 
     def model(self, name: str, version: str = "") -> Model:
+        m = self.state.registry.get(name)  # NOT_FOUND for an unknown model
         if version not in ("", "1"):
-            raise_not_found = self.state.registry.get(name)  # NOT_FOUND for unknown models
-            raise InvalidArgument(f"model {raise_not_found.name!r} has only version 1 "
-                                  f"(edged's variants are not versions); got {version!r}")
-        return self.state.registry.get(name)
+            raise InvalidArgument(f"model {m.name!r} has only version 1 (edged's variants "
+                                  f"are not versions); got {version!r}")
+        return m
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         m = self.model(name, version)
@@ -140,8 +141,6 @@ class KServeCore:
             "output": outputs,
             "dynamic_batching": {"max_queue_delay_microseconds": int(m.cfg.max_delay_ms * 1000)},
         }
-        if m.detector:
-            cfg["output"] = outputs  # the detections output has no batch dim of its own
         return cfg
 
     def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
@@ -249,11 +248,17 @@ class KServeCore:
         if options and not model.detector:
             raise InvalidArgument(f"{', '.join(sorted(options))}: detection parameters, but "
                                   f"model {model.name!r} is not a detection model")
+        stream = params.get("stream")
+        limit = self.state.config.server.limits.max_id_length
+        if stream is not None and (not isinstance(stream, str) or not stream
+                                   or len(stream) > limit):
+            raise InvalidArgument(f"parameter 'stream' must be a non-empty string of at most "
+                                  f"{limit} characters")
         inputs = [InputMeta(t.name, "raw", t.array.dtype, t.array.shape, t.array)
                   for t in call.inputs]
         return Request(op="infer", id=call.id, model=model.name, inputs=inputs,
                        timeout_ms=timeout_ms, priority=priority, outputs=outputs,
-                       options=options)
+                       options=options, stream=stream)
 
     def _outputs(self, model: Model, asked: list[str] | None
                  ) -> tuple[list[str] | None, dict[str, Any]]:
