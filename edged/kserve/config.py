@@ -111,6 +111,8 @@ class OffloadConfig:
     #: send a request there when its predicted queue wait would miss its deadline
     on_deadline: bool = True
     health_interval_s: float = 2.0
+    #: remote calls outstanding at once; beyond this, requests are computed here
+    max_inflight: int = 64
     tls: bool = False
     ca_file: str | None = None
     token: str | None = None  # sent as "authorization: Bearer <token>"
@@ -153,6 +155,7 @@ def parse_offload(t: Table) -> OffloadConfig:
         timeout_ms=t.get("timeout_ms", float, 1000.0, check=positive),
         on_deadline=t.get("on_deadline", bool, True),
         health_interval_s=t.get("health_interval_s", float, 2.0, check=positive),
+        max_inflight=t.get("max_inflight", int, 64, check=positive),
         tls=tls,
         ca_file=(str(p) if (p := t.get_path("ca_file", None, must_exist=True)) else None),
         token=t.get("token", str, None),

@@ -46,6 +46,7 @@ class Offload:
         self.cfg = OffloadConfig()
         self._remote: Any = None  # edged.kserve.remote.Remote
         self._up: dict[str, bool] = {}
+        self._inflight = 0
         r = state.metrics.registry
         self.m_requests = Counter(
             "edged_offload_requests", "Requests handed to the [offload] server, by model, why "
@@ -98,11 +99,14 @@ class Offload:
         mapping = self.cfg.for_model(model.name)
         if mapping is None or self._remote is None or not self._up.get(model.name):
             return False
+        if self._inflight >= self.cfg.max_inflight:
+            return False  # the remote has enough of ours: this one waits its turn here
         if p.meta is not None and getattr(p.meta, "track", False):
             return False  # track ids live in this daemon's per-stream trackers
         reason = self._reason(model, p)
         if reason is None:
             return False
+        self._inflight += 1
         self.state.spawn(self._run(model, p, mapping, reason))
         return True
 
@@ -130,6 +134,8 @@ class Offload:
         except Exception as e:
             self._fallback(model, p, reason, e)
             return
+        finally:
+            self._inflight -= 1
         took = time.monotonic() - t0
         self.m_remote.labels(model.name).observe(took)
         self.m_requests.labels(model.name, reason, "remote").inc()
