@@ -320,6 +320,8 @@ def test_model_statistics_come_from_edged_metrics(kd: Any) -> None:
     assert int(s["execution_count"]) >= 1
     assert int(s["inference_stats"]["success"]["count"]) >= 1
     assert int(s["inference_stats"]["compute_infer"]["ns"]) > 0
+    every = hclient(kd).get_inference_statistics()["model_stats"]  # GET /v2/models/stats
+    assert {"digits", "person", "slow"} <= {m["name"] for m in every}
 
 
 # -- errors as the client shows them --------------------------------------------------

@@ -73,13 +73,13 @@ class KServeHttp:
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.ready)
         r.add_get("/v2", self.server_metadata)
+        r.add_get("/v2/models/stats", self.statistics)  # before {model} matches "stats"
         for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
             r.add_get(base, self.model_metadata)
             r.add_get(base + "/ready", self.model_ready)
             r.add_get(base + "/config", self.model_config)
             r.add_get(base + "/stats", self.statistics)
             r.add_post(base + "/infer", self.infer)
-        r.add_get("/v2/models/stats", self.statistics)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         self.port = 0
 
