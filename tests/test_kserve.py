@@ -39,7 +39,7 @@ from edged.client import build_infer  # noqa: E402
 
 VAL = np.load(MODELS / "validation.npz")
 #: a slow request's input: the slow model loops BASE_TRIP + max(x) times
-BUSY = 150000.0
+BUSY = 250000.0
 BASE_TRIP = 2000
 MAX_MESSAGE = 8 << 20
 
@@ -379,17 +379,17 @@ def test_too_large_requests_are_resource_exhausted(kd: Any) -> None:
 
 def test_a_full_queue_is_resource_exhausted(kd: Any) -> None:
     """slow1: one row per batch, one request queued; the third concurrent one is refused."""
-    busy = np.full((1, 64), BUSY / 3, np.float32)
+    busy = np.full((1, 64), BUSY, np.float32)  # ~1 s of compute: the queue stays full
+    quick = np.zeros((1, 64), np.float32)
     c = gclient(kd)
     done: list[Any] = []
-    for i in range(2):
-        c.async_infer("slow1", [ginput(busy, "x")], callback=collect(done),
-                      request_id=f"q{i}")
-        time.sleep(0.1)
-    status, msg = grpc_error(lambda: c.infer("slow1", [ginput(busy, "x")]))
+    for i, x in enumerate((busy, quick)):
+        c.async_infer("slow1", [ginput(x, "x")], callback=collect(done), request_id=f"q{i}")
+        time.sleep(0.05)
+    status, msg = grpc_error(lambda: c.infer("slow1", [ginput(quick, "x")]))
     assert status == "StatusCode.RESOURCE_EXHAUSTED" and "queue of model 'slow1' is full" in msg
     with pytest.raises(InferenceServerException) as e:
-        hclient(kd).infer("slow1", [hinput(busy, "x")])
+        hclient(kd).infer("slow1", [hinput(quick, "x")])
     assert e.value.status() == "429"
     while len(done) < 2:
         time.sleep(0.05)
@@ -402,15 +402,15 @@ def test_a_request_that_would_miss_its_timeout_is_deadline_exceeded(kd: Any) -> 
     with kd.client(timeout_s=60) as c:
         c.send(*build_infer("slow1", np.full((1, 64), BUSY, np.float32), id="busy"))
         time.sleep(0.1)
-        t0 = time.monotonic()
         status, msg = grpc_error(lambda: gclient(kd).infer("slow1", [ginput(x, "x")],
                                                            timeout=50_000))
-        assert time.monotonic() - t0 < 0.5 * BUSY / 1e5 + 0.4  # answered at its deadline
         assert status == "StatusCode.DEADLINE_EXCEEDED" and "not computed" in msg
         with pytest.raises(InferenceServerException) as e:
             hclient(kd).infer("slow1", [hinput(x, "x")], timeout=50_000)
         assert e.value.status() == "504" and "not computed" in e.value.message()
+        answered = time.monotonic()
         assert c.recv(60).ok
+        assert time.monotonic() - answered > 0.05  # both came while "busy" still computed
 
 
 def test_a_model_that_failed_to_load_is_unavailable(kd: Any) -> None:
