@@ -122,6 +122,20 @@ class Model:
             raise Unavailable(f"model {self.name!r} is {self.state}{detail}")
         return loaded
 
+    def predicted_latency_s(self) -> float:
+        """Seconds until a request submitted now would be answered (offload asks)."""
+        return self._batcher.predicted_latency_s()
+
+    def finish_remote(self, prepared: Prepared, outs: dict[str, np.ndarray]) -> PerRequest:
+        """One request's outputs computed elsewhere (offload), finished by this model's
+        head as a local batch's would be: the asked outputs, a detector's boxes."""
+        loaded = self.check_ready()
+        assert self.contract is not None
+        p = Pending(feeds=prepared.feeds, rows=prepared.rows, key=prepared.key,
+                    respond=lambda *_: None, outputs=prepared.outputs, meta=prepared.meta,
+                    stream=prepared.stream)
+        return self.head.split([p], loaded.post, outs, self.contract.output_names)[0]
+
     def stuck(self, now: float, stall_s: float) -> bool:
         """A batch has been computing for longer than ``stall_s`` (the watchdog asks)."""
         return self._batcher.busy and now - self._batcher.last_progress > stall_s

@@ -18,6 +18,7 @@ one writer of ``edged_requests_total``, ``edged_request_duration_seconds``,
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -84,10 +85,13 @@ class Admission:
         """Queue ``prepared`` on the ticket's model; a refusal is answered and counted.
         ``quiet``: nothing else waits on the request's socket (for inline compute)."""
         deadline = ticket.received + timeout_ms / 1000.0 if timeout_ms else None
+        respond = functools.partial(self._finish, ticket)
+        offload = self.state.offload  # edged.server.offload: a remote may compute it instead
         try:
-            ticket.model.submit(prepared, lambda outcome: self._finish(ticket, outcome),
-                                arrival=ticket.received, priority=priority, deadline=deadline,
-                                quiet=quiet)
+            if offload is None or not offload.take(ticket.model, prepared, respond,
+                                                   ticket.received, priority, deadline):
+                ticket.model.submit(prepared, respond, arrival=ticket.received,
+                                    priority=priority, deadline=deadline, quiet=quiet)
         except EdgedError as e:
             self._finish(ticket, e)
 

@@ -4,7 +4,7 @@ A KServe request becomes the same ``Request`` a native client would send (raw te
 protocol's ``timeout``/``priority`` parameters mapped to edged's), is prepared by
 ``Model.prepare`` and queued in the model's batcher, so KServe, native and Frigate requests
 batch together under the same governor, deadlines and metrics. ``_enter`` is the one place
-that knows how a prepared request becomes a ``Pending``.
+that hands a prepared request to ``Admission`` (which counts it once).
 
 Parameters (Triton's, docs/kserve.md): ``timeout`` in microseconds (the gRPC deadline also
 counts; the earlier wins), ``priority`` 1 = most important, 0 = default (edged: ``priority
@@ -26,13 +26,13 @@ import numpy as np
 from prometheus_client import Counter, Histogram
 
 from edged import __version__
-from edged.batcher import Pending, Result
+from edged.batcher import Result
 from edged.errors import EdgedError, InvalidArgument, ResourceExhausted, Unavailable
 from edged.kserve.tensors import Tensor, datatype, triton_type
 from edged.metrics import LATENCY_BUCKETS
 from edged.model import Model
 from edged.protocol.request import InputMeta, Request
-from edged.server import offload
+from edged.server.admission import Admission, Ticket
 from edged.server.state import ServerState
 
 log = logging.getLogger("edged.kserve")
@@ -76,6 +76,7 @@ class KServeCore:
         self.state = state
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-kserve")
         self._decoding = 0
+        self.admission = Admission(state)
         r = state.metrics.registry
         self.m_requests = Counter(
             "edged_kserve_requests", "KServe v2 infer requests, by protocol (grpc|http), model "
@@ -116,7 +117,7 @@ class KServeCore:
         m = self.model(name, version)
         self._require_loaded(m)
         outputs = [_tensor_meta(s.name, s.dtype, s.shape) for s in m.outputs]
-        if m.detector:
+        if _detector(m):
             outputs.append(_tensor_meta(DETECTIONS, np.dtype(np.float32), (-1, 6)))
         return {"name": m.name, "versions": ["1"], "platform": _platform(m),
                 "inputs": [_tensor_meta(s.name, s.dtype, s.shape) for s in m.inputs],
@@ -132,7 +133,7 @@ class KServeCore:
             return {"name": name, "data_type": triton_type(dtype), "dims": list(shape[1:])}
 
         outputs = [tensor(s.name, s.dtype, s.shape) for s in m.outputs]
-        if m.detector:
+        if _detector(m):
             outputs.append({"name": DETECTIONS, "data_type": "TYPE_FP32", "dims": [-1, 6]})
         cfg: dict[str, Any] = {
             "name": m.name, "platform": _platform(m), "backend": m.describe()["backend"] or "",
@@ -178,30 +179,50 @@ class KServeCore:
 
     # -- inference ----------------------------------------------------------------------
     async def infer(self, call: InferCall, protocol: str) -> InferAnswer:
-        """Admit, prepare, queue and await one request; raises EdgedError for the reply."""
-        model: Model | None = None
-        self.state.metrics.inflight.inc()
+        """Admit, prepare, queue and await one request; raises EdgedError for the reply.
+
+        Through ``Admission`` like every protocol: it counts the request once (and the
+        KServe counters here say which protocol it came by)."""
+        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         try:
-            model = self.state.registry.get(call.model)
-            if not self.state.serving:
-                raise Unavailable("the daemon is " + ("starting" if not self.state.ready
-                                                      else "shutting down"))
+            ticket = self.admission.admit(call.model, call.received,
+                                          functools.partial(_settle, fut))
+        except EdgedError as e:
+            self.admission.reject(e, call.model)
+            self._count(protocol, "", e.status, call.received)
+            raise
+        model = ticket.model
+        try:
+            await self._enter(ticket, call)
+            result = await fut
+        except EdgedError as e:
+            self._count(protocol, model.name, e.status, call.received)
+            raise
+        finally:
+            self.state.answered += 1
+        self._count(protocol, model.name, "OK", call.received)
+        return self._answer(model, call, result)
+
+    async def _enter(self, ticket: Ticket, call: InferCall) -> None:
+        """Prepare the request and hand it to admission; a failure answers the ticket.
+
+        The one coupling to the shared admission path (prepare -> Prepared -> submit)."""
+        model = ticket.model
+        try:
             req = self._request(model, call)
             if model.needs_thread(req):
                 prepared = await self._prepare_off_loop(model, req)
+                if not self.state.serving:
+                    raise Unavailable("the daemon is shutting down")
             else:
                 prepared = model.prepare(req)
-            result = await _enter(self.state, model, req, prepared, call.received)
-            answer = self._answer(model, call, result)
         except EdgedError as e:
-            self._count(protocol, call.model, model, e.status, call.received)
+            self.admission.fail(ticket, e)
+            return
+        except asyncio.CancelledError:  # the client went away while its image was decoded
+            self.admission.fail(ticket, Unavailable("the client cancelled the request"))
             raise
-        finally:
-            self.state.metrics.inflight.dec()
-            self.state.answered += 1
-        self._count(protocol, call.model, model, "OK", call.received)
-        model.observe_reply(result.variant, time.monotonic() - call.received, result.queue_s)
-        return answer
+        self.admission.submit(ticket, prepared, priority=req.priority, timeout_ms=req.timeout_ms)
 
     async def _prepare_off_loop(self, model: Model, req: Request) -> Any:
         if self._decoding >= MAX_PENDING_DECODES:
@@ -245,7 +266,7 @@ class KServeCore:
                 if isinstance(v, bool) or not isinstance(v, types):
                     raise InvalidArgument(f"parameter {k!r} has the wrong type: {v!r}")
                 options[k] = _classes(v) if k == "classes" else v
-        if options and not model.detector:
+        if options and not _detector(model):
             raise InvalidArgument(f"{', '.join(sorted(options))}: detection parameters, but "
                                   f"model {model.name!r} is not a detection model")
         stream = params.get("stream")
@@ -263,7 +284,7 @@ class KServeCore:
     def _outputs(self, model: Model, asked: list[str] | None
                  ) -> tuple[list[str] | None, dict[str, Any]]:
         """A detector answers ``detections``; raw outputs only when asked by name."""
-        if not model.detector or asked is None:
+        if not _detector(model) or asked is None:
             return asked, {}
         raw = [o for o in asked if o != DETECTIONS]
         return (raw or None), ({"raw": True} if raw else {})
@@ -272,46 +293,29 @@ class KServeCore:
         outputs = list(r.outputs)
         if r.detections is not None and (call.outputs is None or DETECTIONS in call.outputs):
             outputs.append((DETECTIONS, np.ascontiguousarray(r.detections, np.float32)))
-        if model.detector and call.outputs is not None:
+        if _detector(model) and call.outputs is not None:
             order = {n: i for i, n in enumerate(call.outputs)}
             outputs.sort(key=lambda o: order.get(o[0], len(order)))
         timing = {"queue_us": int(r.queue_s * 1e6), "compute_us": int(r.compute_s * 1e6),
                   "batch": r.batch}
         return InferAnswer(model.name, r.variant, outputs, timing)
 
-    def _count(self, protocol: str, name: str, model: Model | None, status: str,
-               received: float) -> None:
-        label = name if model is not None else ""
-        self.m_requests.labels(protocol, label, status).inc()
+    def _count(self, protocol: str, model: str, status: str, received: float) -> None:
+        self.m_requests.labels(protocol, model, status).inc()
         self.m_duration.labels(protocol).observe(time.monotonic() - received)
-        if status != "OK":  # OK replies are counted per variant by Model.observe_reply
-            self.state.metrics.requests.labels(
-                label, model.active_variant if model is not None else "", status).inc()
 
 
-def _enter(state: ServerState, model: Model, req: Request, prepared: Any, received: float
-           ) -> asyncio.Future[Result]:
-    """Queue a prepared request in the model's batcher; the future holds its outcome.
-
-    The one coupling to the shared admission path: re-point this when ``prepare`` and
-    ``submit`` change shape."""
-    feeds, rows, key, meta = prepared
-    fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
-    deadline = received + req.timeout_ms / 1000.0 if req.timeout_ms else None
-    p = Pending(feeds=feeds, rows=rows, key=key, respond=functools.partial(_settle, fut),
-                priority=req.priority, stream=req.stream, deadline=deadline,
-                outputs=req.outputs, meta=meta, arrival=received, max_fps=req.max_fps)
-    offload.submit(state, model, p)  # raises EdgedError when it cannot be accepted
-    return fut
-
-
-def _settle(fut: asyncio.Future[Result], p: Pending, outcome: Result | EdgedError) -> None:
+def _settle(fut: asyncio.Future[Result], ticket: Ticket, outcome: Result | EdgedError) -> None:
     if fut.done():  # the client went away (cancelled)
         return
     if isinstance(outcome, EdgedError):
         fut.set_exception(outcome)
     else:
         fut.set_result(outcome)
+
+
+def _detector(m: Model) -> bool:
+    return m.cfg.postprocess is not None
 
 
 def _classes(v: str) -> list[int]:

@@ -7,8 +7,8 @@ check passes (a dead remote is never tried on the request path) and only tensors
 request is prepared here as always, its tensors go to the remote, and a detector's raw
 outputs come back to be decoded here, so replies look the same, with ``variant =
 "remote:<name>"``. On any remote failure the request is computed here if its deadline
-still allows, else answered DEADLINE_EXCEEDED. ``submit`` is what every room calls
-instead of ``Model.submit``.
+still allows, else answered DEADLINE_EXCEEDED. ``Admission.submit`` asks ``take``
+before it queues a request here, so every protocol room offloads the same way.
 """
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from edged.batcher import Pending, Result
+from edged.batcher import Result
 from edged.errors import DeadlineExceeded, EdgedError
+from edged.inputs import Prepared
 from edged.kserve.config import OffloadConfig, OffloadModel
 from edged.metrics import LATENCY_BUCKETS
 from edged.model import Model
@@ -30,12 +33,18 @@ from edged.server.state import ServerState
 log = logging.getLogger("edged.offload")
 
 
-def submit(state: ServerState, model: Model, p: Pending) -> None:
-    """Queue ``p`` here or hand it to the offload server; raises EdgedError like
-    ``Model.submit`` when it cannot be accepted."""
-    off = state.offload
-    if off is None or not off.take(model, p):
-        model.submit(p)
+@dataclass
+class _Job:
+    """One request on its way to the remote: what a local fallback needs too."""
+
+    model: Model
+    prepared: Prepared
+    respond: Callable[[Any], None]
+    arrival: float
+    priority: int
+    deadline: float | None
+    mapping: OffloadModel
+    reason: str
 
 
 class Offload:
@@ -94,69 +103,77 @@ class Offload:
             return None
         return {"url": self.cfg.url, "up": dict(self._up)}
 
-    def take(self, model: Model, p: Pending) -> bool:
-        """Start computing ``p`` remotely and return True, or return False (local)."""
+    def take(self, model: Model, prepared: Prepared, respond: Callable[[Any], None],
+             arrival: float, priority: int, deadline: float | None) -> bool:
+        """Start computing a request remotely and return True, or return False (local).
+        ``respond`` gets its outcome once, as from ``Model.submit``."""
         mapping = self.cfg.for_model(model.name)
         if mapping is None or self._remote is None or not self._up.get(model.name):
             return False
         if self._inflight >= self.cfg.max_inflight:
             return False  # the remote has enough of ours: this one waits its turn here
-        if p.meta is not None and getattr(p.meta, "track", False):
+        if getattr(prepared.meta, "track", False):
             return False  # track ids live in this daemon's per-stream trackers
-        reason = self._reason(model, p)
+        reason = self._reason(model, deadline)
         if reason is None:
             return False
         self._inflight += 1
-        self.state.spawn(self._run(model, p, mapping, reason))
+        job = _Job(model, prepared, respond, arrival, priority, deadline, mapping, reason)
+        self.state.spawn(self._run(job))
         return True
 
-    def _reason(self, model: Model, p: Pending) -> str | None:
+    def _reason(self, model: Model, deadline: float | None) -> str | None:
         level = self._level()
         if level is not None:
             for lv in self.state.config.governor.levels or ():
                 if lv.name == level and model.name in lv.offload:
                     return "governor"
-        if (self.cfg.on_deadline and p.deadline is not None
-                and time.monotonic() + model.predicted_latency_s() > p.deadline):
+        if (self.cfg.on_deadline and deadline is not None
+                and time.monotonic() + model.predicted_latency_s() > deadline):
             return "deadline"
         return None
 
-    async def _run(self, model: Model, p: Pending, mapping: OffloadModel, reason: str) -> None:
+    async def _run(self, job: _Job) -> None:
+        model, prepared = job.model, job.prepared
         t0 = time.monotonic()
         timeout = self.cfg.timeout_ms / 1000.0
-        if p.deadline is not None:
-            timeout = max(0.001, min(timeout, p.deadline - t0))
-        names = [o.name for o in model.outputs] if model.detector else (
-            p.outputs or [o.name for o in model.outputs])
+        if job.deadline is not None:
+            timeout = max(0.001, min(timeout, job.deadline - t0))
+        names = [o.name for o in model.outputs] if model.cfg.postprocess is not None else (
+            prepared.outputs or [o.name for o in model.outputs])
         try:
-            outs = await self._remote.infer(mapping.remote_model, p.feeds, names, timeout)
-            done = model.finish_remote(p, outs)
+            outs = await self._remote.infer(job.mapping.remote_model, prepared.feeds, names,
+                                            timeout)
+            done = model.finish_remote(prepared, outs)
         except Exception as e:
-            self._fallback(model, p, reason, e)
+            self._fallback(job, e)
             return
         finally:
             self._inflight -= 1
         took = time.monotonic() - t0
         self.m_remote.labels(model.name).observe(took)
-        self.m_requests.labels(model.name, reason, "remote").inc()
-        p.respond(p, Result(f"remote:{mapping.remote_model}", done[0], t0 - p.arrival, took,
-                            p.rows, done[1]))
+        self.m_requests.labels(model.name, job.reason, "remote").inc()
+        job.respond(Result(f"remote:{job.mapping.remote_model}", done[0], t0 - job.arrival,
+                           took, prepared.rows, done[1]))
 
-    def _fallback(self, model: Model, p: Pending, reason: str, err: Exception) -> None:
+    def _fallback(self, job: _Job, err: Exception) -> None:
+        model = job.model
         if getattr(err, "down", False):
             self._up[model.name] = False  # not tried again until a health check passes
             self.m_up.labels(model.name).set(0)
         log.warning("offload of a %s request failed (%s); computing it here", model.name, err)
-        if p.deadline is not None and time.monotonic() + model.predicted_latency_s() > p.deadline:
-            self.m_requests.labels(model.name, reason, "failed").inc()
-            p.respond(p, DeadlineExceeded(f"the offload server failed ({err}) and there is no "
-                                          "time left to compute it here"))
+        if job.deadline is not None and (
+                time.monotonic() + model.predicted_latency_s() > job.deadline):
+            self.m_requests.labels(model.name, job.reason, "failed").inc()
+            job.respond(DeadlineExceeded(f"the offload server failed ({err}) and there is no "
+                                         "time left to compute it here"))
             return
-        self.m_requests.labels(model.name, reason, "fallen_back").inc()
+        self.m_requests.labels(model.name, job.reason, "fallen_back").inc()
         try:
-            model.submit(p)
+            model.submit(job.prepared, job.respond, arrival=job.arrival, priority=job.priority,
+                         deadline=job.deadline)
         except EdgedError as e:
-            p.respond(p, e)
+            job.respond(e)
 
     async def close(self) -> None:
         if self._remote is not None:
