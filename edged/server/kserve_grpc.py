@@ -89,6 +89,10 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         received = time.monotonic()
         try:
             call = self._call(request, context, received)
+        except EdgedError as e:
+            self.core.refused("grpc", request.model_name, e, received)
+            await self._fail(context, e)
+        try:
             answer = await self.core.infer(call, "grpc")
         except EdgedError as e:
             await self._fail(context, e)

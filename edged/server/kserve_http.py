@@ -136,10 +136,25 @@ class KServeHttp:
     async def infer(self, request: web.Request) -> web.Response:
         received = time.monotonic()
         name = request.match_info["model"]
+        try:
+            call, params, outs = await self._call(request, name, received)
+        except EdgedError as e:
+            self.core.refused("http", name, e, received)
+            raise
+        answer = await self.core.infer(call, "http")
+        default_binary = params.get("binary_data_output") is True
+        per_output = {o["name"]: (o.get("parameters") or {}).get("binary_data")
+                      for o in outs or []}
+        return _reply(answer, call.id, default_binary, per_output)
+
+    async def _call(self, request: web.Request, name: str, received: float
+                    ) -> tuple[InferCall, dict[str, Any], list[dict[str, Any]] | None]:
+        """The request body -> InferCall (JSON header, then binary tensors if any)."""
         self.core.model(name, request.match_info.get("version", ""))
         limits = self.core.state.config.server.limits
         if (request.content_length or 0) > limits.max_message_bytes:
-            return _too_large(request)  # refused unread
+            raise web.HTTPRequestEntityTooLarge(limits.max_message_bytes,
+                                                request.content_length or 0)  # unread
         body = memoryview(await request.read())
         header_len = request.headers.get(HEADER_LENGTH)
         if header_len is not None:
@@ -150,10 +165,7 @@ class KServeHttp:
         else:
             n = len(body)
         if n > limits.max_header_bytes:
-            raise InvalidArgument(f"the JSON header is {n} bytes; the limit is "
-                                  f"{limits.max_header_bytes} (send tensors as binary data)"
-                                  if header_len is not None else
-                                  f"the JSON body is {n} bytes; the limit is "
+            raise InvalidArgument(f"the JSON part is {n} bytes; the limit is "
                                   f"{limits.max_header_bytes}: send tensors with the binary "
                                   "tensor extension")
         try:
@@ -176,11 +188,7 @@ class KServeHttp:
         asked = [o["name"] for o in outs] if outs else None
         call = InferCall(model=name, id=rid, inputs=http_inputs(doc, body[n:], limits),
                          outputs=asked, parameters=params, received=received)
-        answer = await self.core.infer(call, "http")
-        default_binary = params.get("binary_data_output") is True
-        per_output = {o["name"]: (o.get("parameters") or {}).get("binary_data")
-                      for o in outs or []}
-        return _reply(answer, rid, default_binary, per_output)
+        return call, params, outs
 
 
 def _reply(answer: InferAnswer, rid: str, default_binary: bool,

@@ -203,6 +203,12 @@ class KServeCore:
         self._count(protocol, model.name, "OK", call.received)
         return self._answer(model, call, result)
 
+    def refused(self, protocol: str, model: str, err: EdgedError, received: float) -> None:
+        """Count a request the room could not even read (bad tensors, bad JSON)."""
+        self.admission.reject(err, model)
+        found = self.state.registry.find(model) is not None
+        self._count(protocol, model if found else "", err.status, received)
+
     async def _enter(self, ticket: Ticket, call: InferCall) -> None:
         """Prepare the request and hand it to admission; a failure answers the ticket.
 
