@@ -93,6 +93,8 @@ def test_a_hot_level_offloads_and_a_dead_remote_falls_back(pair: Any) -> None:
     with local.client(timeout_s=30) as c:
         want = c.infer("digits", X).outputs["logits"]
     wait_for(lambda: up(local) == {"digits": True, "slow": True}, what="remote healthy")
+    models = local.ctl({"op": "status"})["offload"]["models"]
+    assert models["digits"] == {"remote_model": "digits", "counts_as": "cnn-fp32"}
     assert local.ctl({"op": "level", "level": "hot"})["status"] == "OK"
     wait_for(lambda: local.ctl({"op": "status"})["governor"]["level"] == "hot", what="hot")
     with local.client(timeout_s=30) as c:

@@ -101,7 +101,14 @@ class Offload:
     def status(self) -> dict[str, Any] | None:
         if not self.cfg.enabled:
             return None
-        return {"url": self.cfg.url, "up": dict(self._up)}
+        return {"url": self.cfg.url, "up": dict(self._up), "inflight": self._inflight,
+                "models": {m.model: {"remote_model": m.remote_model,
+                                     "counts_as": m.variant or self._first_variant(m.model)}
+                           for m in self.cfg.models}}
+
+    def _first_variant(self, model: str) -> str | None:
+        m = self.state.registry.find(model)
+        return m.variant_names[0] if m is not None and m.variant_names else None
 
     def take(self, model: Model, prepared: Prepared, respond: Callable[[Any], None],
              arrival: float, priority: int, deadline: float | None) -> bool:
