@@ -108,12 +108,16 @@ def _validate(ctx: Context, be: Backend) -> Any:
 
 
 def _record_golden(ctx: Context, be: Backend, path: Path, precision: str) -> None:
-    """A few validation inputs and this artifact's own outputs on them, beside it: what
-    the daemon checks a swap candidate against (edged.golden)."""
+    """A few validation inputs (and this artifact's own outputs on them) beside it: the
+    check inputs the daemon runs before a swap, comparing with the model's reference on
+    its own device (edged.verify). As many as fit the file's bound, down to one."""
     assert ctx.val is not None
-    feeds = {be.inputs[0].name: ctx.val.x[:MAX_SAMPLES]}
-    if write_golden(path, feeds, run_batch(be, feeds), precision) is None:
-        ctx.say(f"{path.name}: golden inputs too large to record; swaps check the contract only")
+    for n in (MAX_SAMPLES, 4, 2, 1):
+        feeds = {be.inputs[0].name: ctx.val.x[:n]}
+        if write_golden(path, feeds, run_batch(be, feeds), precision) is not None:
+            return
+    ctx.say(f"{path.name}: golden inputs too large to record; the daemon checks a swap to "
+            "it on the last inputs the model served (or name validation data in model.json)")
 
 
 def _move_aside(path: Path, meta: dict[str, Any]) -> Path:
