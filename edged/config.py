@@ -16,6 +16,7 @@ from edged.backends import BACKENDS, backend_module
 from edged.backends.base import BackendOptions
 from edged.detect.config import PostprocessConfig
 from edged.errors import ConfigError
+from edged.frigate_config import FrigateConfig, check_frigate, read_frigate
 from edged.governor.config import GovernorConfig
 from edged.kserve.config import (
     KServeConfig,
@@ -25,7 +26,7 @@ from edged.kserve.config import (
     parse_offload,
 )
 from edged.preprocess import PreprocessConfig
-from edged.schema import Table, non_negative, positive, raise_if_problems
+from edged.schema import Table, non_negative, positive, raise_if_problems, zmq_endpoint
 from edged.verify.config import BY_PRECISION, ModelVerify, VariantVerify
 
 DEFAULT_ENDPOINTS = ("ipc://edged.sock", "tcp://127.0.0.1:5555")
@@ -39,40 +40,6 @@ class CurveConfig:
 
     server_secret_key: Path  # zmq.auth certificate file holding the server's secret key
     clients_dir: Path  # directory of allowed client public-key certificates (*.key)
-
-
-@dataclass(frozen=True)
-class FrigateConfig:
-    """One ``[[server.frigate]]`` endpoint speaking Frigate's ``zmq`` detector protocol
-    for one detection model (docs/frigate.md)."""
-
-    endpoint: str
-    model: str
-    #: rows below this score are left out of the reply (None: the model's ``conf``)
-    min_score: float | None = None
-    #: model class id -> Frigate labelmap id; ids not listed pass through unchanged
-    class_map: tuple[tuple[int, int], ...] = ()
-    #: colour order of the tensors Frigate sends (its model ``input_pixel_format``)
-    input_pixel_format: str = "rgb"
-    #: Frigate's ``request_timeout_ms``: a request older than this is never computed
-    timeout_ms: float = 200.0
-    #: queue priority of these requests (0 = most important; a governor level may shed
-    #: requests above a priority)
-    priority: int = 1
-    #: serve the model Frigate sends (no configured ``model``); ``model`` is then the
-    #: name the transferred model is served under, ``frigate@ENDPOINT``
-    accept_models: bool = False
-    #: a model file larger than this is refused with an answer
-    max_model_bytes: int = 256 << 20
-    #: the Frigate model_type a sent model must fit (None: whichever type its graph fits)
-    model_type: str | None = None
-    #: build an INT8 rung for a sent model in the background (edged.frigate_ladder)
-    int8_rung: bool = True
-    #: frames Frigate sent that the rung is calibrated (3/4) and checked (1/4) on
-    int8_frames: int = 48
-
-    def frigate_class(self, model_class: int) -> int:
-        return dict(self.class_map).get(model_class, model_class)
 
 
 @dataclass(frozen=True)
@@ -226,14 +193,6 @@ def parse_listen(value: str, where: str) -> MetricsConfig:
     return MetricsConfig(host=host, port=int(port))
 
 
-def _check_endpoint(e: str) -> str | None:
-    if e.startswith("ipc://") and len(e) > 6:
-        return None
-    if e.startswith("tcp://") and ":" in e[6:]:
-        return None
-    return "must be ipc://PATH or tcp://HOST:PORT"
-
-
 def _limits(t: Table) -> Limits:
     d = Limits()
     kw: dict[str, Any] = {}
@@ -270,7 +229,7 @@ def _shm(t: Table) -> ShmConfig:
 def _server(t: Table) -> ServerConfig:
     endpoints = t.get_list("endpoints", str, list(DEFAULT_ENDPOINTS))
     for i, e in enumerate(endpoints or []):
-        err = _check_endpoint(e)
+        err = zmq_endpoint(e)
         if err:
             t.problem(f"endpoints[{i}]", f"{err}; got {e!r}")
     if endpoints is not None and not endpoints:
@@ -304,87 +263,12 @@ def _server(t: Table) -> ServerConfig:
         max_inflight_per_client=t.get("max_inflight_per_client", int, 1024, check=positive),
         limits=_limits(t.table("limits")),
         curve=curve,
-        frigate=tuple(f for f in (_frigate(ft) for ft in t.tables("frigate")) if f),
+        frigate=tuple(f for f in (read_frigate(ft) for ft in t.tables("frigate")) if f),
         shm=_shm(t.table("shm")),
         kserve=parse_kserve(t.table("kserve")),
     )
     t.done()
     return cfg
-
-
-def _class_map(t: Table) -> tuple[tuple[int, int], ...]:
-    """``class_map = { 0 = 0, 2 = 7 }``: TOML keys are strings, so digits are checked here."""
-    raw = t.get("class_map", dict, {})
-    pairs: list[tuple[int, int]] = []
-    for k, v in (raw or {}).items():
-        if not k.isdigit():
-            t.problem(f"class_map.{k}", "keys are the model's class ids (integers >= 0)")
-        elif isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 65535:
-            t.problem(f"class_map.{k}", f"must be a Frigate labelmap id (0..65535); got {v!r}")
-        else:
-            pairs.append((int(k), v))
-    return tuple(sorted(pairs))
-
-
-def _frigate(t: Table) -> FrigateConfig | None:
-    from edged.frigate_models import DECODER, normalize_type
-
-    endpoint = t.get("endpoint", str, check=_check_endpoint)
-    accept = t.get("accept_models", bool, False)
-    model = t.get("model", str, None)
-    if accept and model is not None:
-        t.problem("model", "give either model (a configured detector) or accept_models = "
-                  "true (the model Frigate sends), not both")
-    elif not accept and model is None:
-        t.problem("model", "missing: name a configured detection model, or set "
-                  "accept_models = true to serve the model Frigate sends")
-    if accept and endpoint:
-        model = f"frigate@{endpoint}"
-    model_type = t.get("model_type", str, None,
-                       check=lambda v: None if normalize_type(v) else
-                       f"must be one of Frigate's model types: {', '.join(DECODER)} "
-                       "(or yolo-generic)")
-    if model_type is not None and not accept:
-        t.problem("model_type", "applies with accept_models = true only (a configured model "
-                  "decodes as its [models.postprocess] says)")
-    min_score = t.get("min_score", float, None,
-                      check=lambda v: None if 0.0 <= v <= 1.0 else "must be between 0 and 1")
-    cfg = FrigateConfig(
-        endpoint=endpoint or "", model=model or "", min_score=min_score,
-        class_map=_class_map(t),
-        input_pixel_format=t.get("input_pixel_format", str, "rgb", choices=("rgb", "bgr")),
-        timeout_ms=t.get("timeout_ms", float, 200.0, check=positive),
-        priority=t.get("priority", int, 1,
-                       check=lambda v: None if 0 <= v <= 1000 else "must be 0..1000"),
-        accept_models=bool(accept),
-        max_model_bytes=t.get("max_model_bytes", int, 256 << 20, check=positive),
-        model_type=normalize_type(model_type) if model_type else None,
-        int8_rung=t.get("int8_rung", bool, True),
-        int8_frames=t.get("int8_frames", int, 48,
-                          check=lambda v: None if 4 <= v <= 1024 else "must be 4..1024"),
-    )
-    t.done()
-    return cfg if endpoint and model else None
-
-
-def _check_frigate(root: Table, server: ServerConfig, models: list[ModelConfig]) -> None:
-    """Each Frigate endpoint serves a configured detection model on an address of its own."""
-    by_name = {m.name: m for m in models}
-    seen = set(server.endpoints)
-    for i, f in enumerate(server.frigate):
-        key = f"server.frigate[{i}]"
-        m = by_name.get(f.model)
-        if f.accept_models:
-            pass  # its model comes from Frigate
-        elif m is None:
-            root.problem(f"{key}.model", f"no model named {f.model!r}; models: "
-                         f"{', '.join(by_name) or 'none'}")
-        elif m.postprocess is None:
-            root.problem(f"{key}.model", f"model {f.model!r} is not a detection model (Frigate "
-                         "wants boxes: give it [models.postprocess] kind = \"detect\")")
-        if f.endpoint in seen:
-            root.problem(f"{key}.endpoint", f"{f.endpoint} is already bound by another endpoint")
-        seen.add(f.endpoint)
 
 
 def _metrics(t: Table) -> MetricsConfig:
@@ -480,7 +364,7 @@ def parse_config(data: dict[str, Any], file: Path | str) -> Config:
     names = [m.name for m in models]
     for n in {n for n in names if names.count(n) > 1}:
         root.problem("models", f"model name {n!r} is used twice")
-    _check_frigate(root, server, models)
+    check_frigate(root, server, models)
     gov_t = root.table("governor")
     governor = GovernorConfig.from_table(gov_t)
     off_t = root.table("offload")

@@ -190,3 +190,12 @@ def non_negative(v: float) -> str | None:
 def raise_if_problems(problems: list[str]) -> None:
     if problems:
         raise ConfigError(problems)
+
+
+def zmq_endpoint(e: str) -> str | None:
+    """A ``check`` for a ZeroMQ endpoint the daemon binds."""
+    if e.startswith("ipc://") and len(e) > 6:
+        return None
+    if e.startswith("tcp://") and ":" in e[6:]:
+        return None
+    return "must be ipc://PATH or tcp://HOST:PORT"

@@ -17,7 +17,8 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from edged.config import FrigateConfig, ServerConfig
+from edged.config import ServerConfig
+from edged.frigate_config import FrigateConfig
 from edged.runtime_dir import resolve_endpoints
 from edged.server.state import StartupError
 

@@ -24,8 +24,8 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from edged.config import FrigateConfig
 from edged.errors import EdgedError
+from edged.frigate_config import FrigateConfig
 from edged.frigate_protocol import (
     MAX_ROWS,
     ZEROS,

@@ -26,7 +26,7 @@ from typing import Any
 
 import zmq.asyncio
 
-from edged.config import FrigateConfig
+from edged.frigate_config import FrigateConfig
 from edged.frigate_protocol import data_answer, refusal, request_answer
 from edged.model import Model
 from edged.model_store import check_name

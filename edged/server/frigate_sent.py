@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from edged.config import FrigateConfig
 from edged.errors import EdgedError, InvalidArgument, Unavailable
+from edged.frigate_config import FrigateConfig
 from edged.frigate_ladder import FrameRing, accepted
 from edged.frigate_models import ModelRefused, check_model, model_config, normalize_type
 from edged.frigate_protocol import FrigateRequest, data_answer, request_answer
