@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="use the class_map of [[server.frigate]] number INDEX (from 0); "
                          "default: the first one serving MODEL")
 
-    from edged.bench import add_parser as add_bench
+    from edged.bench.cli import add_parser as add_bench
 
     add_bench(sub)
     try:

@@ -313,7 +313,7 @@ def markdown(rows: list[Row], a: argparse.Namespace) -> str:
     out += ["", "How to read it: a default changes only where a candidate's ratio beats "
             "today's default on 2 cores *and* on 1, and the streamer row shows the app "
             "keeping its frame rate; `floor` is the one-thread floor for p50 and the "
-            "batching floor for throughput (edged/bench_floor.py)."]
+            "batching floor for throughput (edged/bench/floor.py)."]
     return "\n".join(out) + "\n"
 
 

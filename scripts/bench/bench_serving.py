@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 from edged.backends.base import TensorSpec, zero_feeds  # noqa: E402
 from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
-from edged.bench import drive  # noqa: E402
+from edged.bench.load import drive  # noqa: E402
 from edged.client.messages import build_infer  # noqa: E402
 from edged.harness import Daemon, machine_info, percentile_ms  # noqa: E402
 
