@@ -10,6 +10,7 @@ place a request is answered. Everything here runs on the event loop thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -74,6 +75,11 @@ class Throttle:
         self.reason: str = ""
         self._next_slot = 0.0
 
+    def set(self, max_batch_size: int | None, max_rate_hz: float | None,
+            shed_priority_above: int | None, reason: str) -> None:
+        self.max_batch_size, self.max_rate_hz = max_batch_size, max_rate_hz
+        self.shed_priority_above, self.reason = shed_priority_above, reason
+
     async def wait_slot(self) -> None:
         """Under a rate cap, wait for the next batch's slot (1 / max_rate_hz apart)."""
         rate = self.max_rate_hz
@@ -101,6 +107,7 @@ class RequestQueue:
         self.accepting = True
         self._queues: dict[int, deque[Pending]] = {}
         self._streams: dict[str, Pending] = {}
+        self._arrived = asyncio.Event()
 
     def put(self, p: Pending) -> None:
         """Queue ``p`` or raise why not (shutting down, shed, full); a queued frame of
@@ -129,6 +136,7 @@ class RequestQueue:
         if p.deadline is not None:
             p.timer = asyncio.get_running_loop().call_at(
                 _loop_time(p.deadline), self._expire, p)
+        self._arrived.set()
 
     def _expire(self, p: Pending) -> None:
         if not p.done and p.queued:
@@ -189,6 +197,20 @@ class RequestQueue:
             q.extendleft(reversed(skipped))
             if rows >= cap:
                 break
+        return rows
+
+    async def wait_for_batch(self, batch: list[Pending], rows: int, cap: Callable[[], int],
+                             until: float) -> int:
+        """``max_delay_ms``: keep taking arrivals into ``batch`` until it holds ``cap()``
+        rows or the clock reaches ``until`` (time.monotonic)."""
+        while rows < cap():
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), left)
+            rows = self.take(batch, rows, cap())
         return rows
 
     def drop_late(self, batch: list[Pending], compute_s: float,

@@ -287,15 +287,8 @@ class Batcher:
             batch: list[Pending] = []
             rows = self._take(batch, 0)
             if self.max_delay_s > 0 and batch and rows < self._cap():
-                until = batch[0].arrival + self.max_delay_s
-                while rows < self._cap():
-                    left = until - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._wakeup.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wakeup.wait(), left)
-                    rows = self._take(batch, rows)
+                await self.queue.wait_for_batch(batch, rows, self._cap,
+                                                batch[0].arrival + self.max_delay_s)
             batch = self._drop_late(batch)
             if not batch:
                 continue

@@ -69,7 +69,6 @@ class Model:
         self._m_batch_size = metrics.batch_size.labels(cfg.name)
         self._m_compute: dict[str, Any] = {}
 
-    # -- what the server asks -----------------------------------------------------------
     @property
     def variant_names(self) -> list[str]:
         return [v.name for v in self.cfg.variants]
@@ -150,13 +149,8 @@ class Model:
     def set_throttle(self, max_batch_size: int | None, max_rate_hz: float | None,
                      shed_priority_above: int | None, reason: str) -> None:
         """What the governor allows from the next batch on."""
-        t = self._batcher.throttle
-        t.max_batch_size = max_batch_size
-        t.max_rate_hz = max_rate_hz
-        t.shed_priority_above = shed_priority_above
-        t.reason = reason
+        self._batcher.throttle.set(max_batch_size, max_rate_hz, shed_priority_above, reason)
 
-    # -- variants -----------------------------------------------------------------------
     async def load(self, index: int = 0) -> None:
         """Load the variant at ``index`` (0 = heaviest) as the first active variant."""
         self._batcher.start()
@@ -177,7 +171,6 @@ class Model:
         (``variants.LiveVariant.swap_to`` says how)."""
         return await self.live.swap_to(index, reason)
 
-    # -- requests -----------------------------------------------------------------------
     def prepare(self, req: Request) -> Prepared:
         """Validate a native request against the model and build its input tensors."""
         loaded = self.check_ready()
@@ -216,7 +209,6 @@ class Model:
         return self.head.reply_header(self.live.loaded.post if self.live.loaded else None,
                                       detections)
 
-    # -- the worker-thread side ---------------------------------------------------------
     def _compute(self, batch: list[Pending]) -> tuple[str, list[PerRequest], float]:
         loaded = self.live.loaded
         if loaded is None or self.contract is None:
@@ -255,7 +247,6 @@ class Model:
             if w:
                 self.metrics.energy.labels(self.name).inc(w * compute_s)
 
-    # -- introspection and teardown -----------------------------------------------------
     def describe(self) -> dict[str, Any]:
         a = self.live.loaded
         return {
