@@ -104,3 +104,18 @@ def test_inline_compute_runs_a_lone_request_on_the_loop(make_daemon: Any, tmp_pa
 def test_inline_max_ms_must_not_be_negative(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="inline_max_ms"):
         load_config(window_config(tmp_path, 0.0, "inline_max_ms = -1"))
+
+
+def test_max_delay_waits_for_a_fuller_batch(make_daemon: Any, tmp_path: Path) -> None:
+    """``max_delay_ms``: a request waits up to that long for others to join its batch;
+    what arrives meanwhile computes with it, up to ``max_batch_size``."""
+    cfg = digits_config(tmp_path, model_extra="max_delay_ms = 400.0")
+    d: Daemon = make_daemon(cfg)
+    img = np.zeros((28, 28), np.uint8)
+    with d.client(timeout_s=30) as c:
+        c.send(*build_infer("digits", img, id="first"))
+        time.sleep(0.05)
+        for i in range(2):
+            c.send(*build_infer("digits", img, id=f"late{i}"))
+        got = {r.header["id"]: r.header for r in (c.recv(30), c.recv(30), c.recv(30))}
+    assert {h["timing"]["batch"] for h in got.values()} == {3}, got
