@@ -392,7 +392,7 @@ def test_daemon_serves_an_openvino_variant(make_daemon: Any, tmp_path: Path) -> 
         assert bad.status == "INVALID_ARGUMENT"
         assert c.infer("digits", X[:1]).ok
     assert "libopenvino" in _maps(d.pid)
-    from edged.cli import format_status
+    from edged.status_text import format_status
 
     text = format_status(st)
     assert "openvino" in text and "THROUGHPUT" in text and "1 threads" in text, text

@@ -266,7 +266,7 @@ def test_example_frigate_config_pairs_with_a_valid_edged_table(tmp_path: Path) -
 
 
 def test_status_lists_the_frigate_endpoints(fd: Daemon) -> None:
-    from edged.cli import format_status
+    from edged.status_text import format_status
 
     r = fd.ctl({"op": "status"})
     want = {f"tcp://127.0.0.1:{p}": "person" for p in fd.frigate_ports}

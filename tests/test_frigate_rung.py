@@ -112,7 +112,7 @@ def test_a_sent_model_gets_a_checked_int8_rung_the_governor_swaps_to(tmp_path: P
         assert "det.recall" in g["check"], g
         assert model_status(d, name)["variants"] == ["det-fp32.onnx", "det-fp32.onnx-int8"]
         assert "INT8 rung accepted" in d.log()
-        from edged.cli import format_status
+        from edged.status_text import format_status
 
         assert f"int8 rung tcp://127.0.0.1:{port}: offered" in format_status(
             d.ctl({"op": "status"}))
