@@ -1,8 +1,8 @@
-"""Shared fixtures: a real daemon in a subprocess on free ports and a temp ipc dir."""
+"""Fixtures and hooks only: a real daemon on free ports, and the check that the suite
+leaves the checkout as it found it. Helpers live in ``tests/support/``."""
 
 from __future__ import annotations
 
-import functools
 import shutil
 import subprocess
 import sys
@@ -11,62 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "models" / "digits"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from edged.harness import Daemon, free_port  # noqa: E402  (re-exported for the tests)
-
-__all__ = ["MODELS", "ROOT", "Daemon", "digits_config", "free_port", "ort_session"]
-
-
-@functools.cache
-def ort_session(path: Path) -> Any:
-    """One CPU session per model file for in-process model tests (1 thread, quiet)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-
-def digits_config(tmp: Path, *, extra_models: str = "", governor: str = "", server: str = "",
-                  model_extra: str = "", variants: tuple[str, ...] = ("cnn-fp32", "cnn-int8",
-                                                                       "small-fp32")) -> Path:
-    """A config serving the shipped digits model from ``tmp`` (paths are absolute)."""
-    v = "\n".join(
-        f'[[models.variants]]\nname = "{n}"\nbackend = "onnxruntime"\n'
-        f'path = "{MODELS / (n + ".onnx")}"\n[models.variants.options]\nthreads = 1\n'
-        for n in variants)
-    drain = "" if "drain_timeout_s" in server else "drain_timeout_s = 5.0"
-    text = f"""
-[server]
-{drain}
-{server}
-[metrics]
-listen = "off"
-
-[[models]]
-name = "digits"
-required = true
-max_batch_size = 8
-max_queue = 512
-{model_extra}
-[models.preprocess]
-color = "gray"
-width = 28
-height = 28
-layout = "NCHW"
-
-{v}
-{extra_models}
-{governor}
-"""
-    p = tmp / "edged.toml"
-    p.write_text(text)
-    return p
+from support.configs import digits_config
+from support.daemons import Daemon
+from support.paths import ROOT
 
 
 @pytest.fixture

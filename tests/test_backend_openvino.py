@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import MODELS, ROOT, digits_config, ort_session
+from support.configs import digits_config
+from support.ort import ort_session
+from support.paths import MODELS, ROOT
 
 from edged.backends import openvino as ovb
 from edged.backends.base import run_batch
@@ -185,7 +187,7 @@ def test_digit_detector_fp32_agrees_with_ort(tmp_path: Path) -> None:
 
 def _photos(*names: str) -> np.ndarray:
     """The person test's photos (astronaut, grace_hopper by default), preprocessed."""
-    from test_person_model import TRUE_BOX, photo, preprocessor
+    from support.person import TRUE_BOX, photo, preprocessor
 
     pre = preprocessor()
     return np.concatenate([pre.from_frame(photo(n)[0]) for n in names or sorted(TRUE_BOX)])
@@ -213,7 +215,7 @@ def test_person_detector_int8_finds_grace_hopper(tmp_path: Path) -> None:
     kernels): checked at task level. Note: on the astronaut photo OpenVINO's int8
     scores the person 0.13 where ORT's int8 gives 0.90, so this rung must be validated
     by mAP (edged compile does) and is not assumed equal to ORT's int8."""
-    from test_person_model import iou
+    from support.person import iou
 
     x = _photos("grace_hopper")
     be = open_ov(PERSON / "ssdlite-int8.onnx", tmp_path, max_batch=1)
@@ -401,8 +403,9 @@ def test_daemon_serves_an_openvino_variant(make_daemon: Any, tmp_path: Path) -> 
 @needs_ov
 def test_governor_moves_between_openvino_and_ort_rungs_under_load(
         make_daemon: Any, tmp_path: Path) -> None:
-    from sysfs_fixtures import make_battery, make_thermal_zone
-    from test_governor_daemon import LEVELS, Streamers, active, wait_for
+    from support.governor import LEVELS, Streamers, active
+    from support.sysfs import make_battery, make_thermal_zone
+    from support.waits import wait_until
 
     root = tmp_path / "sysroot"
     make_thermal_zone(root, 0, "cpu-thermal", 45000)
@@ -422,7 +425,7 @@ dwell_s = 0.3
         for lvl, want in (("warm", "ort-cnn-int8"), ("hot", "ov-small-fp32"),
                           ("warm", "ort-cnn-int8"), ("auto", "ov-cnn-fp32")):
             assert d.ctl({"op": "level", "level": lvl})["status"] == "OK"
-            wait_for(lambda want=want: active(d) == want, timeout=60, what=f"{lvl} -> {want}")
+            wait_until(lambda want=want: active(d) == want, timeout=60, what=f"{lvl} -> {want}")
             time.sleep(0.3)
     finally:
         replies = load.finish()
@@ -438,7 +441,7 @@ dwell_s = 0.3
 def test_daemon_serves_the_person_detector_on_openvino(make_daemon: Any, tmp_path: Path) -> None:
     """Detections through the daemon's SSD head from OpenVINO, whose outputs have
     dynamic shapes ([-1, -1, -1] where ORT says [N, 100, 4]), match ORT's variant."""
-    from test_person_model import TRUE_BOX, iou, photo
+    from support.person import TRUE_BOX, iou, photo
 
     cfg = tmp_path / "person.toml"
     variants = "".join(f"""

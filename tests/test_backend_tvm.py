@@ -171,8 +171,8 @@ def test_missing_tvm_names_the_extra(built, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_daemon_serves_tvm_with_the_runtime_library_only(built, data, tmp_path: Path) -> None:
-    """The daemon maps libtvm_runtime.so, never the 259 MB compiler library (issue 14)."""
-    from conftest import Daemon
+    """The daemon maps libtvm_runtime.so, never the 259 MB compiler library."""
+    from support.daemons import Daemon
 
     x, ref = data
     cfg = tmp_path / "tvm.toml"

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import MODELS, ROOT, Daemon
+from support.daemons import Daemon
+from support.paths import MODELS, ROOT
 
 
 def test_edged_bench_drives_the_daemon_and_reports_ratios(daemon: Daemon,

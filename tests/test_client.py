@@ -1,4 +1,4 @@
-"""The clients against a real daemon (issue 11 part 2, issue 9 part 3): every status raises
+"""The clients against a real daemon: every status raises
 its own class, 1,000 pipelined async requests each get their own reply, timeouts reset
 cleanly, a cancelled request's late reply is dropped, and the control client finds the
 daemon the way the daemon chose its runtime directory."""
@@ -15,9 +15,11 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
-from conftest import MODELS, Daemon, digits_config, free_port
-from slow_model import make_slow_model
-from test_faults import broken_artifact, make_batch_collapsing_model, model_block
+from support.configs import digits_config, model_table, slow_table, variant
+from support.daemons import Daemon, free_port
+from support.faults import broken_artifact, make_batch_collapsing_model
+from support.paths import MODELS
+from support.slow_model import make_slow_model
 
 from edged import cli
 from edged.client import (
@@ -54,30 +56,17 @@ def digit(i: int) -> np.ndarray:
     return (VAL["x"][i].astype(np.float32) / 255.0)[None, None]
 
 
-def slow_block(path: Path) -> str:
-    return f"""
-[[models]]
-name = "slow"
-max_batch_size = 1
-max_queue = 4
-[[models.variants]]
-name = "loop"
-backend = "onnxruntime"
-path = "{path}"
-[models.variants.options]
-threads = 1
-"""
-
-
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """digits + a slow model (queue of 4) + one that fails batches of 2 + one that fails to
     load: enough to produce every status for real."""
     tmp = tmp_path_factory.mktemp("clients")
-    extra = (slow_block(make_slow_model(tmp / "slow.onnx", 1000))
-             + model_block("collapse", make_batch_collapsing_model(tmp / "collapse.onnx"),
+    collapse = make_batch_collapsing_model(tmp / "collapse.onnx")
+    extra = (slow_table(make_slow_model(tmp / "slow.onnx", 1000))
+             + model_table("collapse", [variant("v1", collapse)], required=False,
                            max_batch_size=4)
-             + model_block("broken", broken_artifact(tmp, "corrupt")))
+             + model_table("broken", [variant("v1", broken_artifact(tmp, "corrupt"))],
+                           required=False, max_batch_size=8))
     cfg = digits_config(tmp, variants=("small-fp32",), extra_models=extra)
     # Room for 1,000 pipelined requests (the per-client in-flight limit is 1,024).
     cfg.write_text(cfg.read_text().replace("max_queue = 512", "max_queue = 1024", 1))

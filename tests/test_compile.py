@@ -286,9 +286,9 @@ def test_tuning_runs_and_its_database_is_reused(tmp_path, val64) -> None:
 def test_the_daemon_serves_the_generated_ladder(compiled) -> None:
     """End to end: the `variants.toml` that `edged compile` wrote is served as is by the
     real daemon over ZeroMQ; each variant (TVM .so and INT8 among them) agrees with fp32
-    ORT within its tolerance (issue 4)."""
+    ORT within its tolerance."""
     import onnxruntime as ort
-    from conftest import Daemon
+    from support.daemons import Daemon
 
     out, _ = compiled
     # Serve every accepted artifact: also those the ladder comments out (not measurably cheaper)

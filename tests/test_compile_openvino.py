@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import MODELS, ROOT
+from support.paths import MODELS, ROOT
 
 pytest.importorskip("onnx")
 

@@ -1,4 +1,4 @@
-"""Config parsing: typed objects, every problem named by file and key path (issue 2)."""
+"""Config parsing: typed objects, every problem named by file and key path."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MODELS, ROOT
+from support.paths import MODELS, ROOT
 
 from edged.config import Config, Limits, load_config, parse_config
 from edged.errors import ConfigError

@@ -1,4 +1,4 @@
-"""Detection through the whole stack (issue 10): the shipped person detector served by the
+"""Detection through the whole stack: the shipped person detector served by the
 real daemon from config.toml's own model block, boxes in the pixels of the frame sent."""
 
 from __future__ import annotations
@@ -7,32 +7,19 @@ import re
 import subprocess
 import sys
 import tomllib
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 import pytest
-from conftest import ROOT, Daemon
-from test_person_model import TRUE_BOX, iou, photo
+from support.configs import person_config
+from support.daemons import Daemon, metrics
+from support.paths import ROOT
+from support.person import TRUE_BOX, iou, photo
+from support.waits import wait_until
 
 from edged.client import InvalidArgument
-
-
-def person_config(tmp: Path, decoder: str = "ssd", required: bool = True) -> Path:
-    """config.toml's person model block, verbatim, with absolute paths."""
-    text = (ROOT / "config.toml").read_text()
-    block = text[text.index('[[models]]\nname = "person"'):text.index("[governor]")]
-    block = block.replace('path = "models/', f'path = "{ROOT}/models/')
-    if decoder != "ssd":
-        block = block.replace('decoder = "ssd"', f'decoder = "{decoder}"')
-        block = re.sub(r"(?m)^label_offset.*$", "", block)
-    if not required:
-        block = block.replace("required = true", "required = false")
-    p = tmp / "person.toml"
-    p.write_text(f'[server]\ndrain_timeout_s = 2.0\n[metrics]\nlisten = "off"\n{block}')
-    return p
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +102,7 @@ def test_metrics_count_postprocessing_and_detections(det: Daemon) -> None:
     _, jpeg = photo("grace_hopper")
     with det.client() as c:
         c.infer("person", ("jpeg", jpeg))
-    text = urllib.request.urlopen(f"http://127.0.0.1:{det.metrics_port}/metrics").read().decode()
+    text = metrics(det)
     m = re.search(r'^edged_postprocess_duration_seconds_count\{model="person"\} (\S+)', text,
                   re.M)
     assert m and float(m.group(1)) >= 1
@@ -182,12 +169,8 @@ ladder_steps = 1
     d = make_daemon(cfg)
     _, jpeg = photo("grace_hopper")
     assert d.ctl({"op": "level", "level": "warm"})["status"] == "OK"
-    import time
-
-    end = time.monotonic() + 30
     with d.client() as c:
-        while c.infer("person", ("jpeg", jpeg)).variant != "ssdlite-int8":
-            assert time.monotonic() < end, "no swap to the int8 rung"
-            time.sleep(0.1)
+        wait_until(lambda: c.infer("person", ("jpeg", jpeg)).variant == "ssdlite-int8", 30,
+                   "the swap to the int8 rung", interval=0.1)
         r = c.infer("person", ("jpeg", jpeg))
     assert iou(best_box(r), TRUE_BOX["grace_hopper"]) >= 0.5  # the lighter rung still finds her

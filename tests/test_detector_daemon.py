@@ -1,6 +1,6 @@
 """The detector the project trains (models/digits-det, YOLOv8 layout) through the real
 daemon: mAP@0.5 on its held-out scenes from replies over ZeroMQ, its INT8 rung within 2
-points, and the lower-resolution rung served at its own input size (issue 10)."""
+points, and the lower-resolution rung served at its own input size."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT, Daemon
+from support.daemons import Daemon
+from support.paths import ROOT
 
 from edged.client import build_infer
 

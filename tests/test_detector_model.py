@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
-from conftest import ort_session
+from support.ort import ort_session
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "digits-det"
 VARIANTS = {"det-fp32": 160, "det-int8": 160, "det128-fp32": 128}  # ladder order

@@ -13,7 +13,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import MODELS, ROOT, Daemon, free_port
+from support.daemons import Daemon, free_port
+from support.paths import MODELS, ROOT
 
 EXAMPLES = ROOT / "examples"
 VAL = dict(np.load(MODELS / "validation.npz"))

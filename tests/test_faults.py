@@ -1,5 +1,5 @@
 """Faults from the outside world: broken artifacts, broken backends, taken ports,
-unwritable directories and bad configs (issue 6).
+unwritable directories and bad configs.
 
 Every fault must give a clear error naming the file (or key, or address), cost
 nothing beyond what it breaks, and a start-up fault must be one line on stderr and
@@ -17,51 +17,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
-from conftest import MODELS, ROOT, Daemon, digits_config, free_port
-from onnx import TensorProto, helper
+from support.configs import digits_config, model_table, variant
+from support.daemons import Daemon, free_port
+from support.faults import BROKEN_KINDS, broken_artifact, make_batch_collapsing_model
+from support.paths import MODELS, ROOT
 
 from edged.client import build_infer
 
-GOOD = MODELS / "cnn-fp32.onnx"
 VAL = np.load(MODELS / "validation.npz")
-BROKEN_KINDS = ("missing", "empty", "truncated", "corrupt", "directory")
 
 
 def tensor(i: int) -> np.ndarray:
     return (VAL["x"][i].astype(np.float32) / 255.0)[None, None]
 
 
-def broken_artifact(tmp: Path, kind: str) -> Path:
-    p = tmp / f"{kind}.onnx"
-    data = GOOD.read_bytes()
-    if kind == "missing":
-        return p
-    if kind == "empty":
-        p.write_bytes(b"")
-    elif kind == "truncated":
-        p.write_bytes(data[: len(data) // 2])
-    elif kind == "corrupt":
-        p.write_bytes(random.Random(6).randbytes(len(data)))
-    elif kind == "directory":
-        p.mkdir()
-    return p
-
-
 def model_block(name: str, path: Path, required: bool = False, max_batch_size: int = 8) -> str:
-    return f"""
-[[models]]
-name = "{name}"
-required = {str(required).lower()}
-max_batch_size = {max_batch_size}
-[[models.variants]]
-name = "v1"
-backend = "onnxruntime"
-path = "{path}"
-[models.variants.options]
-threads = 1
-"""
+    """A model of one ONNX Runtime variant "v1" on ``path``."""
+    return model_table(name, [variant("v1", path)], required=required,
+                       max_batch_size=max_batch_size)
 
 
 def edged(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -135,22 +109,6 @@ def test_a_broken_required_model_stops_start_up_naming_the_file(tmp_path: Path,
 
 
 # -- a backend that returns the wrong shape at run time --------------------------------------
-
-def make_batch_collapsing_model(path: Path) -> Path:
-    """A real ONNX model whose output has 1 row whatever the batch: ReduceMean over axis 0
-    with keepdims. Loads and warms up fine; wrong only when a batch has > 1 row."""
-    graph = helper.make_graph(
-        [helper.make_node("ReduceMean", ["x"], ["y"], axes=[0], keepdims=1)],
-        "collapse",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
-
 
 def test_wrong_output_shape_fails_only_that_batch_and_the_model_recovers(
         make_daemon: Any, tmp_path: Path) -> None:

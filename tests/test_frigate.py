@@ -1,4 +1,4 @@
-"""Frigate's ``zmq`` detector protocol against the real daemon (issue 11 part 1).
+"""Frigate's ``zmq`` detector protocol against the real daemon.
 
 The client here speaks Frigate's side byte for byte, as frigate/detectors/plugins/zmq_ipc.py
 does: a REQ socket, ``[json header, raw tensor]`` out, one 480-byte frame back. The
@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import threading
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,10 @@ import cv2
 import numpy as np
 import pytest
 import zmq
-from conftest import ROOT, Daemon, free_port
-from test_detect_daemon import person_config
-from test_person_model import TRUE_BOX, iou, photo
+from support.configs import person_config
+from support.daemons import Daemon, free_port, metric, metrics
+from support.paths import ROOT
+from support.person import TRUE_BOX, iou, photo
 
 from edged.config import load_config
 from edged.errors import ConfigError
@@ -69,19 +69,6 @@ def req_socket(ctx: zmq.Context, port: int) -> zmq.Socket:
 def rows(reply: list[bytes]) -> np.ndarray:
     assert len(reply) == 1 and len(reply[0]) == RESULT_BYTES, [len(f) for f in reply]
     return np.frombuffer(reply[0], "<f4").reshape(20, 6)
-
-
-def metrics(d: Daemon) -> str:
-    return urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics").read().decode()
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for m in re.finditer(rf"^{name}\{{([^}}]*)\}} (\S+)$", text, re.M):
-        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-        if all(have.get(k) == v for k, v in labels.items()):
-            total += float(m.group(2))
-    return total
 
 
 @pytest.fixture(scope="module")

@@ -1,15 +1,17 @@
-"""Governor actions on a running daemon (issue 14): a rate cap slows replies down, and a
+"""Governor actions on a running daemon: a rate cap slows replies down, and a
 power budget over real INA3221 rail files in their kernel format steps the variant down."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conftest import MODELS, Daemon, digits_config
-from sysfs_fixtures import make_ina3221_hwmon, wait_governor_steps
+from support.configs import digits_config
+from support.daemons import Daemon
+from support.paths import MODELS
+from support.sysfs import make_ina3221_hwmon
+from support.waits import wait_governor_steps, wait_until
 
 from edged.client import build_infer
 
@@ -60,12 +62,8 @@ power_budget_w = 10.0
 power_window_s = 1.0
 swap_min_interval_s = 0
 """))
-    end = time.monotonic() + 30
-    variant = ""
     with d.client() as c:
-        while variant in ("", "cnn-fp32") and time.monotonic() < end:
-            variant = c.infer("digits", X).variant
-            time.sleep(0.1)
-    assert variant in ("cnn-int8", "small-fp32"), variant
+        wait_until(lambda: c.infer("digits", X).variant in ("cnn-int8", "small-fp32"), 30,
+                   "a step down from cnn-fp32 over the power budget", interval=0.1)
     g = d.ctl({"op": "status"})["governor"]
     assert "budget 10.0 W" in g["reason"] and g["power_w"] >= 10.0

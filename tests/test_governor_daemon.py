@@ -1,42 +1,18 @@
 """The governor inside the real daemon: a sysfs tree in kernel formats drives levels,
-variant swaps under load, batch caps and shedding (issue 3)."""
+variant swaps under load, batch caps and shedding."""
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from conftest import MODELS, Daemon, digits_config
-from sysfs_fixtures import make_battery, make_thermal_zone, set_zone_temp, wait_governor_steps
-
-VAL = np.load(MODELS / "validation.npz")
-X = (VAL["x"][:64].astype(np.float32) / 255.0)[:, None]
-Y = VAL["y"][:64]
-
-LEVELS = """
-[[governor.levels]]
-name = "warm"
-enter_c = 70.0
-exit_c = 65.0
-ladder_steps = 1
-[[governor.levels]]
-name = "hot"
-enter_c = 80.0
-exit_c = 75.0
-ladder_steps = 2
-max_batch_size = 2
-shed_priority_above = 0
-[[governor.levels]]
-name = "low-battery"
-battery_below = 0.2
-ladder_steps = 2
-"""
+from support.configs import digits_config
+from support.governor import LEVELS, Streamers, X, active, level, status
+from support.sysfs import make_battery, make_thermal_zone, set_zone_temp
+from support.waits import wait_governor_steps, wait_until
 
 
 def governor_config(tmp: Path, root: Path, extra: str = "") -> Path:
@@ -61,57 +37,6 @@ def sysroot(tmp_path: Path) -> Path:
     return root
 
 
-def status(d: Daemon) -> dict[str, Any]:
-    return d.ctl({"op": "status"})
-
-
-def wait_for(pred: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def level(d: Daemon) -> str:
-    return str(status(d)["governor"]["level"])
-
-
-def active(d: Daemon) -> str:
-    return str(status(d)["models"][0]["active_variant"])
-
-
-class Streamers:
-    """Clients sending priority-0 requests back to back and recording every reply."""
-
-    def __init__(self, d: Daemon, n: int = 4) -> None:
-        self.stop = threading.Event()
-        self.replies: list[tuple[float, str, str | None, bool, int]] = []
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._run, args=(d, k)) for k in range(n)]
-        for t in self.threads:
-            t.start()
-
-    def _run(self, d: Daemon, k: int) -> None:
-        with d.client(timeout_s=20) as c:
-            i = k
-            while not self.stop.is_set():
-                j = i % len(X)
-                r = c.infer("digits", X[j:j + 1], priority=0, raise_on_error=False)
-                correct = r.ok and int(np.argmax(r.outputs["logits"])) == Y[j]
-                with self.lock:
-                    self.replies.append((time.monotonic(), r.status, r.header.get("variant"),
-                                         correct, k))
-                i += 4
-
-    def finish(self) -> list[tuple[float, str, str | None, bool, int]]:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-        return self.replies
-
-
 def test_temperature_ramp_swaps_variants_under_load_without_failures(
         make_daemon: Any, tmp_path: Path, sysroot: Path) -> None:
     d = make_daemon(governor_config(tmp_path, sysroot), metrics=True)
@@ -120,7 +45,7 @@ def test_temperature_ramp_swaps_variants_under_load_without_failures(
     try:
         time.sleep(0.5)
         set_zone_temp(sysroot, 0, 72000)
-        wait_for(lambda: active(d) == "cnn-int8", what="swap to cnn-int8 at 72 °C")
+        wait_until(lambda: active(d) == "cnn-int8", what="swap to cnn-int8 at 72 °C")
         assert level(d) == "warm"
         set_zone_temp(sysroot, 0, 68000)  # between exit (65) and enter (70): hysteresis holds
         # Five ticks (0.5 s) that read 68 °C: longer than dwell_s, so only the hysteresis holds.
@@ -128,13 +53,13 @@ def test_temperature_ramp_swaps_variants_under_load_without_failures(
         assert g["readings"]["temperatures"]["cpu-thermal"] == 68.0
         assert level(d) == "warm"
         set_zone_temp(sysroot, 0, 83000)
-        wait_for(lambda: active(d) == "small-fp32", what="swap to small-fp32 at 83 °C")
+        wait_until(lambda: active(d) == "small-fp32", what="swap to small-fp32 at 83 °C")
         s = status(d)
         assert s["governor"]["level"] == "hot"
         assert "cpu-thermal" in s["governor"]["reason"]
         time.sleep(0.5)
         set_zone_temp(sysroot, 0, 50000)
-        wait_for(lambda: active(d) == "cnn-fp32", what="back to cnn-fp32 after cooling")
+        wait_until(lambda: active(d) == "cnn-fp32", what="back to cnn-fp32 after cooling")
         time.sleep(0.5)
     finally:
         replies = load.finish()
@@ -164,8 +89,8 @@ def test_hot_level_sheds_low_priority_and_caps_batches(
         make_daemon: Any, tmp_path: Path, sysroot: Path) -> None:
     set_zone_temp(sysroot, 0, 85000)
     d = make_daemon(governor_config(tmp_path, sysroot))
-    wait_for(lambda: level(d) == "hot", what="hot level")
-    wait_for(lambda: active(d) == "small-fp32", what="swap to the lightest variant")
+    wait_until(lambda: level(d) == "hot", what="hot level")
+    wait_until(lambda: active(d) == "small-fp32", what="swap to the lightest variant")
     with d.client() as c:
         shed = c.infer("digits", X[:1], priority=1, raise_on_error=False)
         assert shed.status == "RESOURCE_EXHAUSTED"
@@ -185,7 +110,7 @@ def test_stale_sensor_is_treated_as_hot_and_recovers(
     assert level(d) == "normal"
     zone = sysroot / "sys/class/thermal/thermal_zone0/temp"
     zone.write_text("garbage\n")
-    wait_for(lambda: level(d) == "hot", what="stale sensor -> hot")
+    wait_until(lambda: level(d) == "hot", what="stale sensor -> hot")
     assert "stale" in status(d)["governor"]["reason"]
     zone.unlink()
     g = wait_governor_steps(lambda: status(d), 3)  # ticks that found the zone gone
@@ -193,7 +118,7 @@ def test_stale_sensor_is_treated_as_hot_and_recovers(
     assert level(d) == "hot"
     assert d.proc.poll() is None
     zone.write_text("40000\n")
-    wait_for(lambda: level(d) == "normal", what="recovery after the sensor returns")
+    wait_until(lambda: level(d) == "normal", what="recovery after the sensor returns")
     with d.client() as c:
         assert c.infer("digits", X[:1]).ok
 
@@ -202,14 +127,14 @@ def test_battery_threshold_and_operator_pin(make_daemon: Any, tmp_path: Path,
                                            sysroot: Path) -> None:
     d = make_daemon(governor_config(tmp_path, sysroot))
     make_battery(sysroot, 15, "Discharging")
-    wait_for(lambda: level(d) == "low-battery", what="low battery level")
-    wait_for(lambda: active(d) == "small-fp32", what="light variant on low battery")
+    wait_until(lambda: level(d) == "low-battery", what="low battery level")
+    wait_until(lambda: active(d) == "small-fp32", what="light variant on low battery")
     make_battery(sysroot, 60, "Charging")
-    wait_for(lambda: level(d) == "normal", what="normal when charged")
+    wait_until(lambda: level(d) == "normal", what="normal when charged")
     r = d.ctl({"op": "level", "level": "warm"})
     assert r["status"] == "OK" and r["governor"]["pinned"] == "warm"
-    wait_for(lambda: active(d) == "cnn-int8", what="pinned warm -> cnn-int8")
+    wait_until(lambda: active(d) == "cnn-int8", what="pinned warm -> cnn-int8")
     bad = d.ctl({"op": "level", "level": "lukewarm"})
     assert bad["status"] == "INVALID_ARGUMENT" and "warm" in bad["error"]
     assert d.ctl({"op": "level", "level": "auto"})["governor"]["pinned"] is None
-    wait_for(lambda: active(d) == "cnn-fp32", what="auto again")
+    wait_until(lambda: active(d) == "cnn-fp32", what="auto again")

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
-from sysfs_fixtures import (
+from support.sysfs import (
     ORIN_TRIPS,
     make_battery,
     make_get_throttled,

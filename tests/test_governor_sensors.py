@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from sysfs_fixtures import (
+from support.sysfs import (
     NANO_RAILS,
     NANO_ZONES,
     ORIN_NANO_RAILS,

@@ -1,18 +1,20 @@
 """Hot swap edge cases against the real daemon: drain-then-swap when memory is tight,
-a swap refused by the golden check, and energy accounting from power rails (issue 3)."""
+a swap refused by the golden check, and energy accounting from power rails."""
 
 from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conftest import MODELS, Daemon, digits_config
-from slow_model import make_slow_model
-from sysfs_fixtures import make_ina3221_hwmon, make_thermal_zone
+from support.configs import digits_config
+from support.daemons import Daemon, metrics
+from support.paths import MODELS
+from support.slow_model import make_slow_model
+from support.sysfs import make_ina3221_hwmon, make_thermal_zone
+from support.waits import wait_until
 
 X = (np.load(MODELS / "validation.npz")["x"][:1].astype(np.float32) / 255.0)[:, None]
 
@@ -103,11 +105,13 @@ interval_s = 0.1
 levels = "auto"
 """)
     d = make_daemon(cfg, metrics=True)
-    time.sleep(0.5)
+    # the rails have been read: energy is attributed from the first request on
+    wait_until(lambda: 'edged_sensor_power_watts{rail="VDD_IN"} 8.0' in metrics(d), 10,
+               "a power reading of 8 W")
     with d.client() as c:
         for _ in range(200):
             assert c.infer("digits", X).ok
-    text = urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics").read().decode()
+    text = metrics(d)
     line = next(ln for ln in text.splitlines()
                 if ln.startswith('edged_energy_joules_total{model="digits"}'))
     joules = float(line.split()[-1])

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conftest import digits_config
+from support.configs import digits_config
+from support.waits import wait_until
 
 LINE = re.compile(r"^<(?P<prio>[0-7])>(?P<logger>edged(\.[a-z_]+)*): (?P<event>[a-z][\w -]*?)"
                   r"(?P<fields>( [a-z_]+=\S+)*)$")
@@ -30,11 +30,11 @@ def test_journald_lines_have_priorities_and_key_values(make_daemon: Any, tmp_pat
     cfg.write_text(cfg.read_text().replace("max_queue = 512", "max_queue = -1"))
     d.signal(signal.SIGHUP)  # rejected reload: logged at error level, daemon goes on
     with d.client() as c:
-        for _ in range(100):  # up to ~10 s for the reload to be processed
-            if "reload rejected" in d.log():
-                break
-            assert c.health().ok
-            time.sleep(0.1)
+        def rejected() -> bool:
+            assert c.health().ok  # serving all along
+            return "reload rejected" in d.log()
+
+        wait_until(rejected, 10, "the reload rejected", interval=0.1)
     assert d.stop() == 0
     lines = [ln for ln in d.log().splitlines() if ln.strip()]
     edged_lines = [ln for ln in lines if ln.startswith("<")]

@@ -1,5 +1,5 @@
 """Daemon lifecycle under a real sd_notify socket: READY, WATCHDOG, RELOADING, STOPPING;
-reload on SIGHUP, drain on SIGTERM, the control endpoint (issue 5)."""
+reload on SIGHUP, drain on SIGTERM, the control endpoint."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conftest import ROOT, Daemon, digits_config
-from notify_socket import NotifySocket
-from slow_model import make_slow_model
+from support.configs import digits_config
+from support.daemons import Daemon
+from support.notify_socket import NotifySocket
+from support.paths import ROOT
+from support.slow_model import make_slow_model
 
 from edged.client import build_infer
 

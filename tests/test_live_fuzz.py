@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 import zmq
-from conftest import MODELS, Daemon
+from support.daemons import Daemon
+from support.paths import MODELS
 
 from edged.fuzz.live import env_seed, fuzz_config, peak_rss, run_fuzz
 from edged.fuzz.messages import Generator

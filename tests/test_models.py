@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
-from conftest import ort_session
+from support.ort import ort_session
 
 DIGITS = Path(__file__).resolve().parent.parent / "models" / "digits"
 VARIANTS = ["cnn-fp32", "cnn-int8", "small-fp32"]  # heaviest first, the ladder order

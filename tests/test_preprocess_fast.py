@@ -1,7 +1,7 @@
 """A camera's colour frame takes the one-pass path (resize first, then one OpenCV call for
 swap + scale + normalise + layout): its tensor equals the step-by-step reference (convert
 the full frame, resize, normalise in numpy) for every colour order, layout, dtype and an
-alpha channel (issue 13 part 3)."""
+alpha channel."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Property tests of the wire decoder against hostile input (issue 6).
+"""Property tests of the wire decoder against hostile input.
 
 ``edged.protocol.request.parse_request`` reads straight off a socket. For any frames at all it
 must either return a Request that respects every limit or raise ProtocolError with a

@@ -1,4 +1,4 @@
-"""CURVE on the inference endpoints, the network-exposure guard and ipc permissions (issue 6).
+"""CURVE on the inference endpoints, the network-exposure guard and ipc permissions.
 
 Real daemon, real sockets, real keys written by `edged keys generate`. CURVE covers
 the daemon's tcp:// endpoints; ipc:// endpoints rely on file permissions, so the
@@ -27,7 +27,9 @@ import numpy as np
 import pytest
 import zmq
 import zmq.auth
-from conftest import MODELS, ROOT, Daemon, digits_config, free_port
+from support.configs import digits_config
+from support.daemons import Daemon, free_port
+from support.paths import MODELS, ROOT
 
 from edged.client import Client, ClientTimeout, build_infer
 

@@ -1,4 +1,4 @@
-"""The serving core against a real daemon over real ZeroMQ sockets (issue 2)."""
+"""The serving core against a real daemon over real ZeroMQ sockets."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import zmq
-from conftest import MODELS, Daemon, digits_config
-from slow_model import make_slow_model
+from support.configs import digits_config, slow_config
+from support.daemons import Daemon
+from support.paths import MODELS
 
 from edged.client import Client, build_infer
 
@@ -255,23 +256,6 @@ def test_message_over_the_size_limit(make_daemon: Any, tmp_path: Path) -> None:
 
 
 # -- queueing behaviour on a busy model ----------------------------------------------------
-
-def slow_config(tmp: Path, trip: int = 200000, max_queue: int = 4, extra: str = "") -> Path:
-    model = make_slow_model(tmp / "slow.onnx", trip)
-    return digits_config(tmp, extra_models=f"""
-[[models]]
-name = "slow"
-max_batch_size = 1
-max_queue = {max_queue}
-{extra}
-[[models.variants]]
-name = "loop"
-backend = "onnxruntime"
-path = "{model}"
-[models.variants.options]
-threads = 1
-""")
-
 
 X64 = np.ones((1, 64), np.float32)
 

@@ -1,4 +1,4 @@
-"""Shared-memory frames against a real daemon (issue 13 part 1): sync and async round trips
+"""Shared-memory frames against a real daemon: sync and async round trips
 equal to socket frames, one specific error per bad shm request, rings gone after their
 client is SIGKILLed, after idling, and when the daemon stops."""
 
@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 import zmq
-from conftest import MODELS, ROOT, Daemon, digits_config
+from support.configs import digits_config
+from support.daemons import Daemon
+from support.paths import MODELS, ROOT
+from support.waits import wait_until
 
 from edged.client import AsyncClient, Client
 from edged.shm import SHM_DIR, available
@@ -122,10 +124,7 @@ def test_a_reaped_ring_is_replaced_transparently(make_daemon: Any, tmp_path: Pat
         c.infer("digits", x)
         assert c.shm is not None and c.shm.ring is not None
         first = c.shm.ring.segment
-        end = time.monotonic() + 20
-        while first in segments(d.pid) and time.monotonic() < end:
-            time.sleep(0.05)
-        assert first not in segments(d.pid)
+        wait_until(lambda: first not in segments(d.pid), 20, "the idle ring reaped")
         r = c.infer("digits", x)
         assert r.ok and c.shm.ring is not None and c.shm.ring.segment != first
 
@@ -215,7 +214,7 @@ def test_bad_ring_requests_get_specific_errors(daemon: Daemon) -> None:
 
 
 def test_network_endpoints_hand_out_no_rings(make_daemon: Any, tmp_path: Path) -> None:
-    from conftest import free_port
+    from support.daemons import free_port
 
     port = free_port()
     d = make_daemon(digits_config(tmp_path, server="insecure = true"),
@@ -255,10 +254,8 @@ def test_a_killed_client_leaves_no_segment(daemon: Daemon) -> None:
     finally:
         p.send_signal(signal.SIGKILL)
         p.wait()
-    end = time.monotonic() + 20  # bounded by [server.shm] check_s (0.1 s here)
-    while name in segments(daemon.pid) and time.monotonic() < end:
-        time.sleep(0.05)
-    assert name not in segments(daemon.pid)
+    # bounded by [server.shm] check_s (0.1 s here)
+    wait_until(lambda: name not in segments(daemon.pid), 20, "the dead client's ring removed")
 
 
 def test_start_removes_segments_of_a_daemon_that_died(make_daemon: Any, tmp_path: Path) -> None:

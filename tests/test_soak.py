@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from support.paths import ROOT
 
 # 20 % is the figure for a machine to itself (scripts/ops/soak's default; a 10-minute run
 # plateaus at ~5 %). When other jobs starve the daemon of CPU, requests wait in its

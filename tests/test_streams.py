@@ -1,4 +1,4 @@
-"""Stream limits (issue 11 part 5): per-stream frame-rate caps, counters, a bounded table.
+"""Stream limits: per-stream frame-rate caps, counters, a bounded table.
 
 The rate and memory tests run against the real daemon on the shipped digits model; the
 table's bookkeeping is also checked in process with a made-up clock (no sleeping).
@@ -17,11 +17,14 @@ import numpy as np
 import psutil
 import pytest
 import zmq
-from conftest import Daemon, digits_config
+from support.configs import digits_config, slow_config
+from support.daemons import Daemon
 
 from edged.client import build_infer
 from edged.errors import Dropped
 from edged.streams import StreamTable
+
+X64 = np.ones((1, 64), np.float32)  # the slow model's input
 
 X = np.zeros((1, 1, 28, 28), np.float32)
 #: docs/streams.md: "100,000 distinct stream ids grow the daemon's RSS by less than 24 MB"
@@ -109,8 +112,6 @@ def test_model_max_stream_fps_applies_without_a_request_limit(sd: Daemon) -> Non
 
 
 def test_frames_replaced_in_the_queue_count_as_stale(tmp_path: Path) -> None:
-    from test_server import X64, slow_config
-
     d = Daemon(slow_config(tmp_path), tmp_path)
     try:
         with d.client() as c:

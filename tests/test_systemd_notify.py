@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from notify_socket import NotifySocket, notify_socket, parse_message
+from support.notify_socket import NotifySocket, notify_socket, parse_message
 
 from edged.systemd import Notifier
 

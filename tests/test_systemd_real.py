@@ -10,9 +10,9 @@ the unit (docs/operations.md, "Under a real systemd"):
    venv's interpreter lives in /root/.pyenv (hidden by ProtectHome=yes), uses
    ``ProtectHome=tmpfs`` + ``BindReadOnlyPaths=/root/.pyenv``;
 3. the config's ``stall_timeout_s`` is 2 s (30 s shipped) and a "slow" model (a
-   real ORT Loop, tests/slow_model.py) is added, so a stall is quick to provoke;
+   real ORT Loop, tests/support/slow_model.py) is added, so a stall is quick to provoke;
 4. only when the tree under test is checked out under /tmp or /var/tmp (a CI clone),
-   the namespace binds it back over its fresh /tmp (tests/systemd_ns.py) and the
+   the namespace binds it back over its fresh /tmp (tests/support/systemd_ns.py) and the
    drop-in binds it into the service's private /tmp (``PrivateTmp=yes``).
 
 Then: active (running) only after READY, reload under load with no failed request,
@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slow_model import make_slow_model
-from systemd_ns import NamespaceUnavailable, SystemdNamespace, unavailable
+from support.slow_model import make_slow_model
+from support.systemd_ns import NamespaceUnavailable, SystemdNamespace, unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = str(Path(sys.prefix) / "bin" / "python")
-CLIENT = str(ROOT / "tests" / "ns_client.py")
+CLIENT = str(ROOT / "tests" / "support" / "ns_client.py")
 TCP = "tcp://127.0.0.1:5555"
 UNIT = "edged.service"
 

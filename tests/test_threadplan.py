@@ -1,4 +1,4 @@
-"""The thread plan reaches ORT sessions (issue 13 part 2): with spare cores the intra-op pool
+"""The thread plan reaches ORT sessions: with spare cores the intra-op pool
 spins while Run computes and stops when it returns, on small devices it does not spin; a
 variant's options override either way; OpenCV runs on the plan's thread count."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import MODELS
+from support.paths import MODELS
 
 from edged import threadplan
 from edged.backends.onnxruntime import OnnxRuntimeBackend, Options

@@ -1,4 +1,4 @@
-"""Tracking (issue 11 part 6): track ids per stream from supervision's ByteTrack.
+"""Tracking: track ids per stream from supervision's ByteTrack.
 
 In process with synthetic boxes, then through the real daemon: people from the bundled
 photos pasted on a grey canvas and moved across 30 frames, sent as one stream.
@@ -12,9 +12,9 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
-from conftest import Daemon
-from test_detect_daemon import person_config
-from test_person_model import photo
+from support.configs import person_config
+from support.daemons import Daemon
+from support.person import photo
 
 from edged.client import InvalidArgument
 from edged.detect.tracking import Trackers

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 import onnx
-from conftest import MODELS, ROOT, Daemon
 from onnx import numpy_helper
+from support.daemons import Daemon
+from support.paths import MODELS, ROOT
 
 from edged import golden
 

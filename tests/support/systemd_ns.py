@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 SYSTEMD = "/lib/systemd/systemd"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OVERLAID = ("etc", "var", "opt", "usr/local")
 
 BOOT = rf"""

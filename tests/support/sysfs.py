@@ -3,19 +3,17 @@
 Each helper writes real files the way the kernel prints them ("45000\\n" for 45 °C,
 names and types followed by a newline), at the real paths, so the code under test
 reads them exactly as it reads /sys. Board layouts (zone types, rail names and
-channels, driver paths, the Orin trip points, PMIC-Die's constant 100 °C) follow the
-research notes; the readings themselves are illustrative, since the notes record no
-rail numbers. Reusable by any test:
-``from sysfs_fixtures import make_thermal_zone``.
+channels, driver paths, the Orin trip points, PMIC-Die's constant 100 °C) are the real
+boards' (docs/governor.md, "Per-board notes"); the readings themselves are illustrative, not
+measured on a board. Reusable by any test:
+``from support.sysfs import make_thermal_zone``.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 # (type, m°C, [(trip m°C, trip type, hyst m°C), ...])
 Trip = tuple[int, str, int]
@@ -188,26 +186,3 @@ def make_unreadable_by_directory(path: str | os.PathLike[str]) -> None:
     if p.exists():
         p.unlink()
     p.mkdir(parents=True)
-
-
-def wait_governor_steps(
-    status: Callable[[], dict[str, Any]], count: int, timeout_s: float = 10.0
-) -> dict[str, Any]:
-    """Wait until a daemon's governor has applied ``count`` more steps; its status then.
-
-    ``status`` returns the control ``status`` reply; its ``governor.steps`` counts applied
-    ticks. Why: after writing a tree, a test that checks that *nothing* changed must know
-    the governor has read the tree since; a fixed sleep passes vacuously when no tick
-    happened. The first step counted may have sampled before the write, so ask for one
-    more than the ticks the check needs.
-    """
-    start = int(status()["governor"]["steps"])
-    end = time.monotonic() + timeout_s
-    while True:
-        gov = status()["governor"]
-        if gov["steps"] >= start + count:
-            return dict(gov)
-        if time.monotonic() >= end:
-            raise AssertionError(
-                f"the governor made {gov['steps'] - start} of {count} steps in {timeout_s} s")
-        time.sleep(0.02)

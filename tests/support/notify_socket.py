@@ -3,7 +3,7 @@
 Use it against :class:`edged.systemd.Notifier` in-process or against the real
 daemon in a subprocess::
 
-    from notify_socket import NotifySocket
+    from support.notify_socket import NotifySocket
 
     with NotifySocket(watchdog_usec=2_000_000) as ns:
         proc = subprocess.Popen([...], env={**os.environ, **ns.env})
@@ -13,8 +13,8 @@ daemon in a subprocess::
         ns.wait_for("RELOADING", timeout=10)
         ns.wait_for("READY", timeout=30)      # the READY *after* RELOADING
 
-or as a pytest fixture (``from notify_socket import notify_socket`` in the
-test module, or ``pytest_plugins = ["notify_socket"]`` in a conftest).
+or as a pytest fixture (``from support.notify_socket import notify_socket`` in the
+test module, or ``pytest_plugins = ["support.notify_socket"]`` in a conftest).
 
 Why a real socket: the thing under test is the datagram format and who sends
 it; the kernel attaches the sender's pid (SO_PASSCRED), exactly as systemd

@@ -1,0 +1,29 @@
+"""The real daemon in a subprocess on free ports (edged's one harness) and its metrics.
+
+``Daemon`` and ``free_port`` are ``edged.harness``'s own, re-exported so tests and
+scripts start daemons the same way.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+from edged.harness import Daemon, free_port
+
+__all__ = ["Daemon", "free_port", "metric", "metrics"]
+
+
+def metrics(d: Daemon) -> str:
+    """The daemon's Prometheus exposition text (it must run with ``metrics=True``)."""
+    return urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics").read().decode()
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels`` (0.0 if none)."""
+    total = 0.0
+    for m in re.finditer(rf"^{name}\{{([^}}]*)\}} (\S+)$", text, re.M):
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(m.group(2))
+    return total

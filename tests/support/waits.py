@@ -1,0 +1,47 @@
+"""Wait for a condition, never a fixed time.
+
+Why: a fixed sleep is either too short on a loaded machine (a flaky failure) or, for a
+check that *nothing* changed, passes vacuously when the thing that could have changed
+it never ran. Waiting for the governor's ``steps`` counter makes such a check real.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "",
+               interval: float = 0.05) -> None:
+    """Return as soon as ``predicate()`` is true; fail naming ``what`` after ``timeout`` s."""
+    end = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return
+        if time.monotonic() >= end:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def wait_governor_steps(
+    status: Callable[[], dict[str, Any]], count: int, timeout_s: float = 10.0
+) -> dict[str, Any]:
+    """Wait until a daemon's governor has applied ``count`` more steps; its status then.
+
+    ``status`` returns the control ``status`` reply; its ``governor.steps`` counts applied
+    ticks. Why: after writing a tree, a test that checks that *nothing* changed must know
+    the governor has read the tree since; a fixed sleep passes vacuously when no tick
+    happened. The first step counted may have sampled before the write, so ask for one
+    more than the ticks the check needs.
+    """
+    start = int(status()["governor"]["steps"])
+    end = time.monotonic() + timeout_s
+    while True:
+        gov = status()["governor"]
+        if gov["steps"] >= start + count:
+            return dict(gov)
+        if time.monotonic() >= end:
+            raise AssertionError(
+                f"the governor made {gov['steps'] - start} of {count} steps in {timeout_s} s")
+        time.sleep(0.02)

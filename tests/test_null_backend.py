@@ -1,0 +1,87 @@
+"""The null backend (edged/backends/null.py): a model and its batcher run with no runtime
+at all, in process and in the daemon, and its options are checked like any backend's."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from support.configs import config, model_table, variant
+
+from edged.backends import backend_module
+from edged.backends.null import Options
+from edged.config import Config, Limits, load_config
+from edged.errors import ConfigError, EdgedError
+from edged.metrics import Metrics
+from edged.model import Model, Result
+from edged.protocol.request import InputMeta, Request
+
+
+def echo_config(tmp: Path, options: dict[str, Any], max_batch_size: int = 8) -> Path:
+    """A model "echo" whose one variant is the null backend with ``options``."""
+    echo = model_table("echo", [variant("null", backend="null", options=options)],
+                       max_batch_size=max_batch_size)
+    return config(tmp, models=[echo], name="null.toml")
+
+
+def null_config(tmp: Path, options: dict[str, Any]) -> Config:
+    return load_config(echo_config(tmp, options))
+
+
+def test_model_batches_on_the_null_backend_and_answers_each_its_own(tmp_path: Path) -> None:
+    cfg = null_config(tmp_path, {"delay_ms": 30, "batch_sizes": [1, 2, 4, 8]})
+
+    async def go() -> list[tuple[int, Result | EdgedError]]:
+        m = Model(cfg.models[0], Metrics(), Limits())
+        await m.load(0)
+        got: list[tuple[int, Result | EdgedError]] = []
+        done = asyncio.Event()
+
+        def respond(i: int) -> Any:
+            def f(outcome: Result | EdgedError) -> None:
+                got.append((i, outcome))
+                if len(got) == 6:
+                    done.set()
+            return f
+
+        for i in range(6):
+            x = np.full((1, 4), i, np.float32)
+            req = Request(op="infer", id=i, model="echo",
+                          inputs=[InputMeta(None, "raw", np.dtype("float32"), (1, 4), x)])
+            m.submit(m.prepare(req), respond(i), arrival=time.monotonic())
+        await asyncio.wait_for(done.wait(), 10)
+        await m.close()
+        return got
+
+    got = asyncio.run(go())
+    assert len(got) == 6
+    batches = set()
+    for i, outcome in got:
+        assert isinstance(outcome, Result), outcome
+        assert outcome.variant == "null"
+        np.testing.assert_array_equal(dict(outcome.outputs)["output"], np.full((1, 4), i))
+        batches.add(outcome.batch)
+    assert max(batches) > 1  # the five that queued behind the first ran together
+
+
+def test_null_backend_options_are_validated_with_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as ei:
+        null_config(tmp_path, {"shape": [4, 4], "batch_sizes": [4, 2]})
+    text = "\n".join(ei.value.problems)
+    assert "models[0].variants[0].options.shape" in text
+    assert "models[0].variants[0].options.batch_sizes" in text
+    assert backend_module("null").Options is Options
+
+
+def test_daemon_serves_the_null_backend(make_daemon: Any, tmp_path: Path) -> None:
+    d = make_daemon(echo_config(tmp_path, {"shape": [-1, 2], "batch_sizes": [4]},
+                                max_batch_size=4))
+    with d.client() as c:
+        x = np.array([[1.5, -2.0], [3.0, 4.0], [5.0, 6.0]], np.float32)
+        r = c.infer("echo", x)
+        assert r.ok, r.header
+        np.testing.assert_array_equal(r.outputs["output"], x)
