@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support.configs import digits_config
+from support.configs import digits_config, variant
 from support.ort import ort_session
 from support.paths import MODELS, ROOT
 
@@ -343,32 +343,12 @@ def test_unwritable_cache_only_costs_time(tmp_path: Path) -> None:
 
 def ov_config(tmp: Path, governor: str = "") -> Path:
     """digits served by OpenVINO fp32 > ORT int8 > OpenVINO small: a mixed ladder."""
-    cache = tmp / "ov-cache"
-    variants = f"""
-[[models.variants]]
-name = "ov-cnn-fp32"
-backend = "openvino"
-path = "{MODELS / 'cnn-fp32.onnx'}"
-[models.variants.options]
-threads = 1
-cache_dir = "{cache}"
-
-[[models.variants]]
-name = "ort-cnn-int8"
-backend = "onnxruntime"
-path = "{MODELS / 'cnn-int8.onnx'}"
-[models.variants.options]
-threads = 1
-
-[[models.variants]]
-name = "ov-small-fp32"
-backend = "openvino"
-path = "{MODELS / 'small-fp32.onnx'}"
-[models.variants.options]
-threads = 1
-cache_dir = "{cache}"
-"""
-    return digits_config(tmp, variants=(), extra_models=variants, governor=governor)
+    ov = {"threads": 1, "cache_dir": tmp / "ov-cache"}
+    ladder = [variant("ov-cnn-fp32", MODELS / "cnn-fp32.onnx", backend="openvino", options=ov),
+              variant("ort-cnn-int8", MODELS / "cnn-int8.onnx"),
+              variant("ov-small-fp32", MODELS / "small-fp32.onnx", backend="openvino",
+                      options=ov)]
+    return digits_config(tmp, variant_tables=ladder, governor=governor)
 
 
 def _maps(pid: int) -> str:
@@ -479,10 +459,10 @@ conf = 0.5
     d = make_daemon(cfg)
     frames = {n: photo(n)[0] for n in sorted(TRUE_BOX)}
     got: dict[str, dict[str, Any]] = {}
-    for variant in ("ov-fp32", "ort-fp32"):
-        assert d.ctl({"op": "swap", "model": "person", "variant": variant})["status"] == "OK"
+    for rung in ("ov-fp32", "ort-fp32"):
+        assert d.ctl({"op": "swap", "model": "person", "variant": rung})["status"] == "OK"
         with d.client(timeout_s=60) as c:
-            got[variant] = {n: c.infer("person", f) for n, f in frames.items()}
+            got[rung] = {n: c.infer("person", f) for n, f in frames.items()}
     for n in frames:
         ov, ort = got["ov-fp32"][n], got["ort-fp32"][n]
         assert ov.ok and ov.header["variant"] == "ov-fp32"

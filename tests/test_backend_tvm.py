@@ -172,23 +172,13 @@ def test_missing_tvm_names_the_extra(built, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_daemon_serves_tvm_with_the_runtime_library_only(built, data, tmp_path: Path) -> None:
     """The daemon maps libtvm_runtime.so, never the 259 MB compiler library."""
+    from support.configs import config, model_table, variant
     from support.daemons import Daemon
 
     x, ref = data
-    cfg = tmp_path / "tvm.toml"
-    cfg.write_text(f"""
-[metrics]
-listen = "off"
-[[models]]
-name = "digits"
-max_batch_size = 4
-[[models.variants]]
-name = "tvm-dyn"
-backend = "tvm"
-path = "{built['dyn']}"
-[models.variants.options]
-threads = 1
-""")
+    tvm = variant("tvm-dyn", built["dyn"], backend="tvm", options={"threads": 1})
+    cfg = config(tmp_path, models=[model_table("digits", [tvm], max_batch_size=4)],
+                 name="tvm.toml")
     d = Daemon(cfg, tmp_path)
     try:
         with d.client() as c:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.configs import config, model_table, variant
 from support.daemons import Daemon
 from support.paths import ROOT
 
@@ -22,32 +23,15 @@ DET = ROOT / "models" / "digits-det"
 @pytest.fixture(scope="module")
 def det(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("digits-det")
-    cfg = tmp / "edged.toml"
-    variants = "".join(f'[[models.variants]]\nname = "{v}"\nbackend = "onnxruntime"\n'
-                       f'path = "{DET / (v + ".onnx")}"\n'
-                       for v in ("det-fp32", "det-int8", "det128-fp32"))
-    cfg.write_text(f"""
-[server]
-drain_timeout_s = 2.0
-[metrics]
-listen = "off"
-[[models]]
-name = "digits-det"
-max_batch_size = 8
-[models.preprocess]
-color = "rgb"
-width = 160
-height = 160
-scale = 0.00392156862745098
-layout = "NCHW"
-dtype = "float32"
-[models.postprocess]
-kind = "detect"
-decoder = "yolov8"
-resize = "letterbox"
-conf = 0.25
-iou = 0.5
-{variants}""")
+    ladder = [variant(v, DET / f"{v}.onnx", options={})
+              for v in ("det-fp32", "det-int8", "det128-fp32")]
+    yolo = model_table(
+        "digits-det", ladder, max_batch_size=8,
+        preprocess={"color": "rgb", "width": 160, "height": 160, "scale": 1 / 255,
+                    "layout": "NCHW", "dtype": "float32"},
+        postprocess={"kind": "detect", "decoder": "yolov8", "resize": "letterbox",
+                     "conf": 0.25, "iou": 0.5})
+    cfg = config(tmp, models=[yolo], server="drain_timeout_s = 2.0")
     d = Daemon(cfg, tmp)
     yield d
     d.stop()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from support.configs import digits_config
+from support.configs import digits_config, slow_table
 from support.daemons import Daemon
 from support.notify_socket import NotifySocket
 from support.paths import ROOT
@@ -28,18 +28,7 @@ X64 = np.ones((1, 64), np.float32)
 
 def with_slow(tmp: Path, trip: int, server: str = "") -> Path:
     m = make_slow_model(tmp / "slow.onnx", trip)
-    return digits_config(tmp, server=server, extra_models=f"""
-[[models]]
-name = "slow"
-max_batch_size = 1
-max_queue = 64
-[[models.variants]]
-name = "loop"
-backend = "onnxruntime"
-path = "{m}"
-[models.variants.options]
-threads = 1
-""")
+    return digits_config(tmp, server=server, extra_models=slow_table(m, max_queue=64))
 
 
 def test_ready_watchdog_status_and_stopping(make_daemon: Any, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from support.configs import DIGITS_PREPROCESS, config, model_table, variant
 from support.daemons import Daemon
 from support.paths import MODELS, ROOT
 
@@ -35,34 +36,14 @@ def perturbed_copy(src: Path, dst: Path, scale: float = 0.5) -> Path:
     return dst
 
 
-def digits_with(tmp: Path, name: str, path: Path, variant_extra: str = "") -> Path:
-    cfg = tmp / "edged.toml"
-    cfg.write_text(f"""
-[server]
-drain_timeout_s = 2.0
-[[models]]
-name = "digits"
-max_batch_size = 4
-[models.preprocess]
-color = "gray"
-width = 28
-height = 28
-layout = "NCHW"
-[[models.variants]]
-name = "cnn-fp32"
-backend = "onnxruntime"
-path = "{MODELS / 'cnn-fp32.onnx'}"
-[[models.variants]]
-name = "cnn-int8"
-backend = "onnxruntime"
-path = "{MODELS / 'cnn-int8.onnx'}"
-[[models.variants]]
-name = "{name}"
-backend = "onnxruntime"
-path = "{path}"
-{variant_extra}
-""")
-    return cfg
+def digits_with(tmp: Path, name: str, path: Path, **variant_keys: Any) -> Path:
+    """digits on cnn-fp32 > cnn-int8 > ``name`` (``path``, with ``variant_keys``), each on
+    ONNX Runtime's default options."""
+    ladder = [variant("cnn-fp32", MODELS / "cnn-fp32.onnx", options={}),
+              variant("cnn-int8", MODELS / "cnn-int8.onnx", options={}),
+              variant(name, path, options={}, **variant_keys)]
+    digits = model_table("digits", ladder, max_batch_size=4, preprocess=DIGITS_PREPROCESS)
+    return config(tmp, models=[digits], server="drain_timeout_s = 2.0")
 
 
 def metric(d: Daemon, line: str) -> bool:
@@ -150,7 +131,7 @@ def test_validation_data_named_in_model_json_are_check_inputs(make_daemon: Any,
 def test_verify_false_goes_live_unchecked_with_a_warning(make_daemon: Any,
                                                          tmp_path: Path) -> None:
     bad = perturbed_copy(MODELS / "cnn-fp32.onnx", tmp_path / "corrupt.onnx")
-    d: Daemon = make_daemon(digits_with(tmp_path, "corrupt", bad, "verify = false"),
+    d: Daemon = make_daemon(digits_with(tmp_path, "corrupt", bad, verify=False),
                             metrics=True)
     assert "variant corrupt of model digits is unverified (verify = false)" in d.log()
     r = d.ctl({"op": "swap", "model": "digits", "variant": "corrupt"})

@@ -89,11 +89,15 @@ def digits_variants(names: Sequence[str] = DIGITS_VARIANTS) -> list[str]:
 
 
 def digits_config(tmp: Path, *, extra_models: str = "", governor: str = "", server: str = "",
-                  model_extra: str = "", variants: tuple[str, ...] = DIGITS_VARIANTS) -> Path:
+                  model_extra: str = "", variants: tuple[str, ...] = DIGITS_VARIANTS,
+                  variant_tables: Sequence[str] = ()) -> Path:
     """A config serving the shipped digits model from ``tmp`` (paths are absolute):
-    required, batches up to 8, a queue of 512; ``extra_models`` are more tables after it."""
+    required, batches up to 8, a queue of 512; its ``variants`` by name, or
+    ``variant_tables`` from :func:`variant` when not on ONNX Runtime's defaults;
+    ``extra_models`` are more tables after it."""
     drain = "" if "drain_timeout_s" in server else "drain_timeout_s = 5.0\n"
-    digits = model_table("digits", digits_variants(variants), required=True, max_batch_size=8,
+    tables = list(variant_tables) or digits_variants(variants)
+    digits = model_table("digits", tables, required=True, max_batch_size=8,
                          max_queue=512, extra=model_extra, preprocess=DIGITS_PREPROCESS)
     return config(tmp, server=drain + server, models=[digits, extra_models], governor=governor)
 
