@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,9 @@ import onnxruntime as ort
 import pytest
 import zmq
 from support.configs import digits_config, slow_config
-from support.daemons import Daemon
+from support.daemons import Daemon, inflight
 from support.paths import MODELS
+from support.waits import wait_computing, wait_until
 
 from edged.client import Client, build_infer
 
@@ -262,7 +262,7 @@ X64 = np.ones((1, 64), np.float32)
 
 @pytest.fixture
 def slow_daemon(make_daemon: Any, tmp_path: Path) -> Daemon:
-    return make_daemon(slow_config(tmp_path))
+    return make_daemon(slow_config(tmp_path), metrics=True)
 
 
 def _collect(c: Client, n: int, timeout: float = 20.0) -> dict[Any, dict[str, Any]]:
@@ -276,7 +276,7 @@ def _collect(c: Client, n: int, timeout: float = 20.0) -> dict[Any, dict[str, An
 def test_deadline_exceeded_requests_are_answered_and_not_computed(slow_daemon: Daemon) -> None:
     with slow_daemon.client() as c:
         c.send(*build_infer("slow", X64, id="busy"))
-        time.sleep(0.05)
+        wait_computing(slow_daemon, "slow")
         c.send(*build_infer("slow", X64, id="late", timeout_ms=30))
         first = c.recv(10)
         # The late one is answered at its deadline, while "busy" is still computing.
@@ -311,7 +311,7 @@ def test_a_compute_estimate_over_the_deadline_is_relearnt(slow_daemon: Daemon) -
 def test_freshest_frame_wins_per_stream(slow_daemon: Daemon) -> None:
     with slow_daemon.client() as c:
         c.send(*build_infer("slow", X64, id="busy"))
-        time.sleep(0.05)
+        wait_computing(slow_daemon, "slow")
         for i in range(3):
             c.send(*build_infer("slow", X64, id=f"cam1-{i}", stream="cam1"))
         c.send(*build_infer("slow", X64, id="cam2-0", stream="cam2"))
@@ -326,7 +326,7 @@ def test_freshest_frame_wins_per_stream(slow_daemon: Daemon) -> None:
 def test_queue_full_is_resource_exhausted(slow_daemon: Daemon) -> None:
     with slow_daemon.client() as c:
         c.send(*build_infer("slow", X64, id="busy"))
-        time.sleep(0.05)
+        wait_computing(slow_daemon, "slow")
         for i in range(5):  # max_queue = 4
             c.send(*build_infer("slow", X64, id=f"q{i}"))
         got = _collect(c, 6, timeout=30)
@@ -341,7 +341,7 @@ def test_queue_full_is_resource_exhausted(slow_daemon: Daemon) -> None:
 def test_priority_orders_the_queue(slow_daemon: Daemon) -> None:
     with slow_daemon.client() as c:
         c.send(*build_infer("slow", X64, id="busy"))
-        time.sleep(0.05)
+        wait_computing(slow_daemon, "slow")
         c.send(*build_infer("slow", X64, id="low", priority=5))
         c.send(*build_infer("slow", X64, id="high", priority=0))
         order = [c.recv(20).header["id"] for _ in range(3)]
@@ -355,10 +355,12 @@ def test_client_vanishing_with_requests_in_flight_costs_nothing(slow_daemon: Dae
     for i in range(4):
         h, f = build_infer("slow", X64, id=i)
         s.send_multipart([json.dumps({"v": 1, **h}).encode(), *f])
-    time.sleep(0.05)
+    wait_until(lambda: inflight(slow_daemon) == 4, 10, "the four requests received")
     s.close(linger=0)
     ctx.term()
-    time.sleep(1.0)  # the replies find no peer (ROUTER_MANDATORY: EHOSTUNREACH, ignored)
+    # all four computed and their replies found no peer (ROUTER_MANDATORY: EHOSTUNREACH,
+    # ignored)
+    wait_until(lambda: inflight(slow_daemon) == 0, 30, "the four requests answered")
     with slow_daemon.client() as c:
         assert c.infer("slow", X64).ok
         assert c.infer("digits", tensor(0)).ok

@@ -19,6 +19,7 @@ import pytest
 import zmq
 from support.configs import digits_config, slow_config
 from support.daemons import Daemon
+from support.waits import wait_computing
 
 from edged.client import build_infer
 from edged.errors import Dropped
@@ -112,11 +113,11 @@ def test_model_max_stream_fps_applies_without_a_request_limit(sd: Daemon) -> Non
 
 
 def test_frames_replaced_in_the_queue_count_as_stale(tmp_path: Path) -> None:
-    d = Daemon(slow_config(tmp_path), tmp_path)
+    d = Daemon(slow_config(tmp_path), tmp_path, metrics=True)
     try:
         with d.client() as c:
             c.send(*build_infer("slow", X64, id="busy"))
-            time.sleep(0.05)
+            wait_computing(d, "slow")
             for i in range(3):
                 c.send(*build_infer("slow", X64, id=f"cam-{i}", stream="cam"))
             statuses = sorted(c.recv(20).status for _ in range(4))

@@ -11,7 +11,7 @@ import urllib.request
 
 from edged.harness import Daemon, free_port
 
-__all__ = ["Daemon", "free_port", "metric", "metrics"]
+__all__ = ["Daemon", "free_port", "inflight", "metric", "metrics"]
 
 
 def metrics(d: Daemon) -> str:
@@ -27,3 +27,10 @@ def metric(text: str, name: str, **labels: str) -> float:
         if all(have.get(k) == v for k, v in labels.items()):
             total += float(m.group(2))
     return total
+
+
+def inflight(d: Daemon) -> float:
+    """Requests the daemon has received and not yet answered (``edged_inflight_requests``)."""
+    m = re.search(r"^edged_inflight_requests (\S+)$", metrics(d), re.M)
+    assert m is not None, "no edged_inflight_requests in /metrics"
+    return float(m.group(1))

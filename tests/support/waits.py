@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from support.daemons import Daemon, inflight
+
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "",
                interval: float = 0.05) -> None:
@@ -45,3 +47,15 @@ def wait_governor_steps(
             raise AssertionError(
                 f"the governor made {gov['steps'] - start} of {count} steps in {timeout_s} s")
         time.sleep(0.02)
+
+
+def wait_computing(d: Daemon, model: str, timeout: float = 10.0) -> None:
+    """Wait until ``model`` has taken the one request sent to it out of its queue (the
+    daemon counts it in flight and the model's queue is empty): it is computing, so what
+    is sent next queues behind it. The daemon must run with ``metrics=True``."""
+    def taken() -> bool:
+        depth = next(m["queue_depth"] for m in d.ctl({"op": "models"})["models"]
+                     if m["name"] == model)
+        return depth == 0 and inflight(d) >= 1
+
+    wait_until(taken, timeout, f"{model} computing its first request", interval=0.01)
