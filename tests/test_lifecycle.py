@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 from support.configs import digits_config, slow_table
-from support.daemons import Daemon
+from support.daemons import Daemon, received
 from support.notify_socket import NotifySocket
 from support.paths import ROOT
 from support.slow_model import make_slow_model
+from support.waits import wait_until
 
 from edged.client import build_infer
 
@@ -151,11 +152,11 @@ def test_invalid_reload_keeps_serving_the_old_config(make_daemon: Any, tmp_path:
 
 
 def test_sigterm_answers_every_request_in_flight(make_daemon: Any, tmp_path: Path) -> None:
-    d = make_daemon(with_slow(tmp_path, 60_000))  # ~0.1-0.2 s per batch, 10 queued
+    d = make_daemon(with_slow(tmp_path, 60_000), metrics=True)  # ~0.1-0.2 s a batch
     with d.client(timeout_s=30) as c:
         for i in range(10):
             c.send(*build_infer("slow", X64, id=i))
-        time.sleep(0.1)
+        wait_until(lambda: received(d) == 10, 10, "the ten requests received")
         d.signal(signal.SIGTERM)
         got = {c.recv(30).header["id"]: None for _ in range(10)}
     assert sorted(got) == list(range(10))
@@ -163,11 +164,12 @@ def test_sigterm_answers_every_request_in_flight(make_daemon: Any, tmp_path: Pat
 
 
 def test_drain_timeout_answers_the_rest_unavailable(make_daemon: Any, tmp_path: Path) -> None:
-    d = make_daemon(with_slow(tmp_path, 150_000, server="drain_timeout_s = 1.0\n"))
+    d = make_daemon(with_slow(tmp_path, 150_000, server="drain_timeout_s = 1.0\n"),
+                    metrics=True)
     with d.client(timeout_s=30) as c:
         for i in range(10):
             c.send(*build_infer("slow", X64, id=i))
-        time.sleep(0.1)
+        wait_until(lambda: received(d) == 10, 10, "the ten requests received")
         d.signal(signal.SIGTERM)
         replies = [c.recv(30).header for _ in range(10)]
     statuses = [r["status"] for r in replies]

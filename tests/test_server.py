@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 import zmq
 from support.configs import digits_config, slow_config
-from support.daemons import Daemon, inflight
+from support.daemons import Daemon, inflight, received
 from support.paths import MODELS
 from support.waits import wait_computing, wait_until
 
@@ -355,7 +355,7 @@ def test_client_vanishing_with_requests_in_flight_costs_nothing(slow_daemon: Dae
     for i in range(4):
         h, f = build_infer("slow", X64, id=i)
         s.send_multipart([json.dumps({"v": 1, **h}).encode(), *f])
-    wait_until(lambda: inflight(slow_daemon) == 4, 10, "the four requests received")
+    wait_until(lambda: received(slow_daemon) == 4, 10, "the four requests received")
     s.close(linger=0)
     ctx.term()
     # all four computed and their replies found no peer (ROUTER_MANDATORY: EHOSTUNREACH,

@@ -11,7 +11,7 @@ import urllib.request
 
 from edged.harness import Daemon, free_port
 
-__all__ = ["Daemon", "free_port", "inflight", "metric", "metrics"]
+__all__ = ["Daemon", "free_port", "inflight", "metric", "metrics", "received"]
 
 
 def metrics(d: Daemon) -> str:
@@ -29,8 +29,19 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def inflight(d: Daemon) -> float:
-    """Requests the daemon has received and not yet answered (``edged_inflight_requests``)."""
-    m = re.search(r"^edged_inflight_requests (\S+)$", metrics(d), re.M)
+def _inflight(text: str) -> float:
+    m = re.search(r"^edged_inflight_requests (\S+)$", text, re.M)
     assert m is not None, "no edged_inflight_requests in /metrics"
     return float(m.group(1))
+
+
+def inflight(d: Daemon) -> float:
+    """Requests the daemon has received and not yet answered (``edged_inflight_requests``)."""
+    return _inflight(metrics(d))
+
+
+def received(d: Daemon) -> float:
+    """Requests the daemon has received so far: in flight plus answered, read from one
+    scrape so a reply between two reads is not lost or counted twice."""
+    text = metrics(d)
+    return _inflight(text) + metric(text, "edged_requests_total")

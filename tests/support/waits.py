@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from support.daemons import Daemon, inflight
+from support.daemons import Daemon, received
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "",
@@ -51,11 +51,12 @@ def wait_governor_steps(
 
 def wait_computing(d: Daemon, model: str, timeout: float = 10.0) -> None:
     """Wait until ``model`` has taken the one request sent to it out of its queue (the
-    daemon counts it in flight and the model's queue is empty): it is computing, so what
-    is sent next queues behind it. The daemon must run with ``metrics=True``."""
+    daemon has received it and the model's queue is empty): it is computing, so what is
+    sent next queues behind it. The daemon must run with ``metrics=True``."""
     def taken() -> bool:
-        depth = next(m["queue_depth"] for m in d.ctl({"op": "models"})["models"]
-                     if m["name"] == model)
-        return depth == 0 and inflight(d) >= 1
+        if received(d) < 1:  # first: once received, it is queued or taken
+            return False
+        return next(m["queue_depth"] for m in d.ctl({"op": "models"})["models"]
+                    if m["name"] == model) == 0
 
     wait_until(taken, timeout, f"{model} computing its first request", interval=0.01)
