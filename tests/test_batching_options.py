@@ -1,4 +1,4 @@
-"""Batching candidates of issue 22, off by default: ``batch_window`` (after a batch, a
+"""Batching options, off by default: ``batch_window`` (after a batch, a
 short queue is held so the clients just answered can join the next batch; a request
 reaching an idle model is never held) and ``inline_max_ms`` (a lone request on an idle
 model computes on the event loop: two thread hand-offs fewer, the loop blocked meanwhile).
@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import Daemon, digits_config
-from slow_model import make_slow_model
+from support.configs import digits_config, model_table, variant
+from support.daemons import Daemon, received
+from support.slow_model import make_slow_model
+from support.waits import wait_computing
 
 from edged.client import build_infer
 from edged.config import ConfigError, load_config
@@ -24,19 +26,9 @@ X = np.zeros((1, 64), np.float32)
 
 def window_config(tmp: Path, window: float, extra: str = "") -> Path:
     model = make_slow_model(tmp / "slow.onnx", 150_000)
-    return digits_config(tmp, extra_models=f"""
-[[models]]
-name = "slow"
-max_batch_size = 4
-batch_window = {window}
-{extra}
-[[models.variants]]
-name = "loop"
-backend = "onnxruntime"
-path = "{model}"
-[models.variants.options]
-threads = 1
-""")
+    slow = model_table("slow", [variant("loop", model)], max_batch_size=4,
+                       batch_window=window, extra=extra)
+    return digits_config(tmp, extra_models=slow)
 
 
 def _sequence(d: Daemon) -> dict[str, dict[str, Any]]:
@@ -45,8 +37,9 @@ def _sequence(d: Daemon) -> dict[str, dict[str, Any]]:
         for i in range(2):  # the batcher learns the compute time
             c.call(*build_infer("slow", X, id=f"warm{i}"))
         lone = c.call(*build_infer("slow", X, id="lone"))
+        before = received(d)
         c.send(*build_infer("slow", X, id="A"))
-        time.sleep(0.03)
+        wait_computing(d, "slow", since=before)
         c.send(*build_infer("slow", X, id="B"))
         a = c.recv(30)
         assert a.header["id"] == "A", a.header
@@ -58,7 +51,7 @@ def _sequence(d: Daemon) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("window", [0.0, 1.0])
 def test_batch_window_lets_the_answered_client_join_the_next_batch(
         make_daemon: Any, tmp_path: Path, window: float) -> None:
-    d = make_daemon(window_config(tmp_path, window))
+    d = make_daemon(window_config(tmp_path, window), metrics=True)
     r = _sequence(d)
     assert all(h["status"] == "OK" for h in r.values()), r
     lone = r["lone"]["timing"]
@@ -86,6 +79,8 @@ def test_inline_compute_runs_a_lone_request_on_the_loop(make_daemon: Any, tmp_pa
         for i in range(2):  # the batcher learns the compute time
             c.call(*build_infer("slow", X, id=f"warm{i}"))
         c.send(*build_infer("slow", X, id="A"))
+        # A fixed wait, not wait_computing: when inline, the loop that would answer the
+        # status query is the one computing.
         time.sleep(0.03)
         h.send({"v": 1, "op": "health", "id": "hz"})
         health = h.recv(30)

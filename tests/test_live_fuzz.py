@@ -1,4 +1,4 @@
-"""A bounded live fuzz against a real daemon (issue 6); scripts/ops/fuzz runs it at scale.
+"""A bounded live fuzz against a real daemon; scripts/ops/fuzz runs it at scale.
 
 A few thousand malformed, truncated, mutated, oversized and random multipart messages
 (``edged.fuzz``) while a valid client keeps doing real, checked inferences. The

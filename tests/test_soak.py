@@ -1,4 +1,4 @@
-"""A short soak in CI (issue 6): scripts/ops/soak for ~30 s against a real daemon.
+"""A short soak in CI: scripts/ops/soak for ~30 s against a real daemon.
 
 The full run is ``scripts/ops/soak`` (10 minutes by default). Here: 30 s of steady mixed
 load (valid, invalid, expiring and superseded stream requests from three client

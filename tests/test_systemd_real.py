@@ -1,4 +1,4 @@
-"""The shipped unit under a real systemd 252 (PID 1 of private namespaces; issue 14).
+"""The shipped unit under a real systemd 252 (PID 1 of private namespaces).
 
 ``scripts/ops/install --no-pip`` installs edged into the namespace exactly as on a
 device (user, /etc/edged/edged.toml, /var/lib/edged/models, the unit in

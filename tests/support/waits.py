@@ -49,14 +49,15 @@ def wait_governor_steps(
         time.sleep(0.02)
 
 
-def wait_computing(d: Daemon, model: str, timeout: float = 10.0) -> None:
-    """Wait until ``model`` has taken the one request sent to it out of its queue (the
-    daemon has received it and the model's queue is empty): it is computing, so what is
-    sent next queues behind it. The daemon must run with ``metrics=True``."""
+def wait_computing(d: Daemon, model: str, since: float = 0, timeout: float = 10.0) -> None:
+    """Wait until ``model`` has taken the request just sent to it out of its queue: the
+    daemon has received more than ``since`` requests (``received(d)`` read before the
+    send) and the model's queue is empty. It is computing, so what is sent next queues
+    behind it. The daemon must run with ``metrics=True``."""
     def taken() -> bool:
-        if received(d) < 1:  # first: once received, it is queued or taken
+        if received(d) <= since:  # first: once received, it is queued or taken
             return False
         return next(m["queue_depth"] for m in d.ctl({"op": "models"})["models"]
                     if m["name"] == model) == 0
 
-    wait_until(taken, timeout, f"{model} computing its first request", interval=0.01)
+    wait_until(taken, timeout, f"{model} computing the request sent", interval=0.01)
