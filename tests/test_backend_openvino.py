@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support.configs import digits_config, variant
+from support.configs import config, digits_config, model_table, variant
 from support.ort import ort_session
 from support.paths import MODELS, ROOT
 
@@ -423,39 +423,17 @@ def test_daemon_serves_the_person_detector_on_openvino(make_daemon: Any, tmp_pat
     dynamic shapes ([-1, -1, -1] where ORT says [N, 100, 4]), match ORT's variant."""
     from support.person import TRUE_BOX, iou, photo
 
-    cfg = tmp_path / "person.toml"
-    variants = "".join(f"""
-[[models.variants]]
-name = "{name}"
-backend = "{backend}"
-path = "{PERSON / 'ssdlite-fp32.onnx'}"
-[models.variants.options]
-threads = 1
-{'cache_dir = "' + str(tmp_path / 'ov-cache') + '"' if backend == 'openvino' else ''}
-""" for name, backend in (("ov-fp32", "openvino"), ("ort-fp32", "onnxruntime")))
-    cfg.write_text(f"""
-[server]
-drain_timeout_s = 5.0
-[metrics]
-listen = "off"
-[[models]]
-name = "person"
-max_batch_size = 2
-[models.preprocess]
-color = "rgb"
-width = 300
-height = 300
-layout = "NHWC"
-dtype = "uint8"
-[models.postprocess]
-kind = "detect"
-decoder = "ssd"
-resize = "stretch"
-label_offset = 1
-labels = ["person"]
-conf = 0.5
-{variants}
-""")
+    model = PERSON / "ssdlite-fp32.onnx"
+    ladder = [variant("ov-fp32", model, backend="openvino",
+                      options={"threads": 1, "cache_dir": tmp_path / "ov-cache"}),
+              variant("ort-fp32", model)]
+    person = model_table(
+        "person", ladder, max_batch_size=2,
+        preprocess={"color": "rgb", "width": 300, "height": 300, "layout": "NHWC",
+                    "dtype": "uint8"},
+        postprocess={"kind": "detect", "decoder": "ssd", "resize": "stretch",
+                     "label_offset": 1, "labels": ["person"], "conf": 0.5})
+    cfg = config(tmp_path, models=[person], server="drain_timeout_s = 5.0", name="person.toml")
     d = make_daemon(cfg)
     frames = {n: photo(n)[0] for n in sorted(TRUE_BOX)}
     got: dict[str, dict[str, Any]] = {}

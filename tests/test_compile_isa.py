@@ -17,15 +17,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.configs import config, model_table, variant
+from support.daemons import Daemon
+from support.paths import MODELS, ROOT
 
 from edged.backends.isa import CPUINFO_ENV, CpuIsa, cpu_isa, int8_weights_warning
 from edged.backends.sidecar import read_sidecar
 from edged.compile.options import CompileOptions
 from edged.compile.pipeline import Result, run
-from edged.harness import Daemon
 
-ROOT = Path(__file__).resolve().parent.parent
-DIGITS = ROOT / "models" / "digits"
+DIGITS = MODELS
 MODEL = DIGITS / "cnn-fp32.onnx"
 
 # /proc/cpuinfo of a GCP n2d VM (AMD EPYC 7B12, Zen 2: AVX2, no VNNI), one processor shown.
@@ -159,12 +160,8 @@ def test_the_warning_is_for_8_bit_weights_on_a_saturating_cpu(built, cpus) -> No
 
 
 def _config(tmp: Path, *variants: Path) -> Path:
-    tables = "".join(f'[[models.variants]]\nname = "{v.stem}"\nbackend = "onnxruntime"\n'
-                     f'path = "{v}"\n[models.variants.options]\nthreads = 1\n' for v in variants)
-    cfg = tmp / "edged.toml"
-    cfg.write_text(f'[server]\ndrain_timeout_s = 2.0\n[metrics]\nlisten = "off"\n'
-                   f'[[models]]\nname = "digits"\nmax_batch_size = 4\n{tables}')
-    return cfg
+    digits = model_table("digits", [variant(v.stem, v) for v in variants], max_batch_size=4)
+    return config(tmp, models=[digits], server="drain_timeout_s = 2.0")
 
 
 def _check(cfg: Path, cpuinfo: Path) -> subprocess.CompletedProcess[str]:

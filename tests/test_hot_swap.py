@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from support.configs import digits_config
+from support.configs import digits_config, model_table, variant
 from support.daemons import Daemon, metrics
 from support.paths import MODELS
 from support.slow_model import make_slow_model
@@ -19,9 +19,9 @@ from support.waits import wait_until
 X = (np.load(MODELS / "validation.npz")["x"][:1].astype(np.float32) / 255.0)[:, None]
 
 
-def variant(name: str, path: Path) -> str:
-    """One ``[[models.variants]]`` table (ONNX Runtime) for the model above it."""
-    return f'\n[[models.variants]]\nname = "{name}"\nbackend = "onnxruntime"\npath = "{path}"\n'
+def rung(name: str, path: Path) -> str:
+    """One ``[[models.variants]]`` table (ONNX Runtime, default options)."""
+    return variant(name, path, options={})
 
 
 def stream(d: Daemon, stop: threading.Event, out: list[tuple[str, str | None]]) -> None:
@@ -59,8 +59,8 @@ def test_swap_to_an_incompatible_variant_is_refused_and_serving_goes_on(
         make_daemon: Any, tmp_path: Path) -> None:
     other = make_slow_model(tmp_path / "other.onnx", 10)  # input x [N,64]: not the contract
     cfg = digits_config(tmp_path, variants=("cnn-fp32",))
-    cfg.write_text(cfg.read_text() + variant("wrong", other)
-                   + variant("missing", tmp_path / "nope.onnx"))
+    cfg.write_text(cfg.read_text() + rung("wrong", other)
+                   + rung("missing", tmp_path / "nope.onnx"))
     d = make_daemon(cfg)
     r = d.ctl({"op": "swap", "model": "digits", "variant": "wrong"})
     assert r["status"] == "INTERNAL"
@@ -78,9 +78,9 @@ def test_swap_to_an_incompatible_variant_is_refused_and_serving_goes_on(
 def test_swap_on_a_model_that_is_not_ready_says_so(make_daemon: Any, tmp_path: Path) -> None:
     # A second model whose first rung is missing fails its load; its second rung is fine.
     cfg = digits_config(tmp_path, variants=("cnn-fp32",),
-                        extra_models='\n[[models]]\nname = "broken"\n'
-                        + variant("gone", tmp_path / "gone.onnx")
-                        + variant("good", MODELS / "cnn-int8.onnx"))
+                        extra_models=model_table("broken", [
+                            rung("gone", tmp_path / "gone.onnx"),
+                            rung("good", MODELS / "cnn-int8.onnx")]))
     d = make_daemon(cfg)
     r = d.ctl({"op": "swap", "model": "broken", "variant": "good"})
     assert r["status"] == "UNAVAILABLE", r
