@@ -7,8 +7,9 @@ the unit (docs/operations.md, "Under a real systemd"):
 
 1. /opt/edged/venv is a symlink to the test's venv (no pip install in a test);
 2. a drop-in sets ``PYTHONPATH`` to the tree under test, and, because the test
-   venv's interpreter lives in /root/.pyenv (hidden by ProtectHome=yes), uses
-   ``ProtectHome=tmpfs`` + ``BindReadOnlyPaths=/root/.pyenv``;
+   venv's base interpreter may live under a home directory (pyenv; hidden by
+   ProtectHome=yes), uses ``ProtectHome=tmpfs`` + ``BindReadOnlyPaths=`` its
+   ``sys.base_prefix``;
 3. the config's ``stall_timeout_s`` is 2 s (30 s shipped) and a "slow" model (a
    real ORT Loop, tests/support/slow_model.py) is added, so a stall is quick to provoke;
 4. only when the tree under test is checked out under /tmp or /var/tmp (a CI clone),
@@ -45,10 +46,10 @@ pytestmark = [pytest.mark.skipif(_why is not None, reason=_why or ""),
               pytest.mark.timeout(240)]
 
 DROP_IN = f"""[Service]
-# test adaptation 2: the tree under test, and the test venv's interpreter under /root
+# test adaptation 2: the tree under test, and the base interpreter the test venv runs
 Environment=PYTHONPATH={ROOT}
 ProtectHome=tmpfs
-BindReadOnlyPaths=/root/.pyenv
+BindReadOnlyPaths={sys.base_prefix}
 """
 # test adaptation 4, only for a tree checked out under /tmp or /var/tmp (a CI clone):
 # PrivateTmp=yes gives the service its own empty /tmp, so the tree and its venv are bound in.

@@ -11,7 +11,7 @@ the journal:
 * /tmp, /var/tmp, /run: fresh tmpfs; /proc: a new procfs with /proc/sys read-only
   (no host-wide sysctl is changed by systemd-sysctl).
 
-The host's /sys, cgroup v1 hierarchy and /work stay shared (read-only for the unit
+The host's /sys, cgroup v1 hierarchy and the checkout stay shared (read-only for the unit
 through ProtectSystem=strict). ``stop()`` powers systemd off and kills it if needed.
 """
 
