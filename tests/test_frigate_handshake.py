@@ -1,10 +1,10 @@
 """Frigate's start-up handshake and model transfer against the real daemon.
 
-The client is ``edged.frigate_client.FrigateDetector``, written from research/detection.md's
-description of Frigate's ``zmq`` plugin (REQ, handshake with 30 s waits, socket reset and a
+The client is ``edged.frigate_client.FrigateDetector``, written after Frigate's ``zmq``
+plugin as docs/frigate.md describes it (REQ, handshake with 30 s waits, socket reset and a
 new handshake after a timeout). Models: the shipped person detector (configured, and sent
 as ``ssd``), the trained digits-det sent as ``yologeneric``, and one small graph per
-Frigate ``model_type`` with exactly the research note's input/output names and shapes.
+Frigate ``model_type`` with exactly that type's input/output names and shapes.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import cv2
-import frigate_graphs as fg
 import numpy as np
 import pytest
 import zmq
-from conftest import ROOT, Daemon, free_port
-from test_detect_daemon import person_config
-from test_person_model import TRUE_BOX, iou, photo
+from support import frigate_graphs as fg
+from support.configs import person_config
+from support.daemons import Daemon, free_port
+from support.paths import ROOT
+from support.person import TRUE_BOX, iou, photo
 
 from edged.frigate_client import FrigateDetector
 

@@ -8,10 +8,10 @@ import hashlib
 import json
 from pathlib import Path
 
-import frigate_graphs as fg
 import numpy as np
 import pytest
-from conftest import ROOT
+from support import frigate_graphs as fg
+from support.paths import ROOT
 
 from edged.detect.anchors import ANCHORS, STRIDES, decode_yolo_anchors
 from edged.detect.decoders import DecodeParams
@@ -109,7 +109,7 @@ def _not_a_detector() -> bytes:
 
 
 def _frigate_multipart(heads: list[np.ndarray], conf: float) -> list[tuple]:
-    """Frigate's own loop (frigate/util/model.py, as research/detection.md describes it)."""
+    """Frigate's own loop (frigate/util/model.py in Frigate's source)."""
     found = []
     for i, out in enumerate(heads):
         c = out.shape[0] // 3

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT, Daemon, free_port
+from support.daemons import Daemon, free_port
+from support.paths import ROOT
 
 from edged.frigate_client import FrigateDetector
 

@@ -1,5 +1,5 @@
 """Small ONNX graphs with exactly the inputs and outputs of each Frigate ``model_type``
-(research/detection.md), each answering one known object whatever the image.
+(docs/frigate.md), each answering one known object whatever the image.
 
 Why built here: no permissively licensed YOLOv9/YOLOX/YOLO-NAS/D-FINE/RF-DETR weights
 ship in a wheel, and what the tests check is edged's reading of each layout (names,
