@@ -13,6 +13,7 @@ module needs lives here, so no test module imports another (pytest puts ``tests/
 * ``person`` — the person detector's photos, true boxes and preprocessing;
 * ``faults`` — broken artifacts and a model wrong at run time;
 * ``slow_model`` — a real ONNX model busy for a known while;
+* ``frigate_graphs`` — small graphs in each Frigate ``model_type``'s layout;
 * ``sysfs`` — sysfs trees in the kernel's formats;
 * ``notify_socket``, ``systemd_ns``, ``ns_client`` — systemd's notify socket, a real
   systemd in namespaces, and the client run inside them.
