@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
-from support.configs import digits_config, model_table, slow_table, variant
+from support.configs import digits_config, one_variant_model, slow_table
 from support.daemons import Daemon, free_port
 from support.faults import broken_artifact, make_batch_collapsing_model
 from support.paths import MODELS
@@ -63,10 +63,8 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     tmp = tmp_path_factory.mktemp("clients")
     collapse = make_batch_collapsing_model(tmp / "collapse.onnx")
     extra = (slow_table(make_slow_model(tmp / "slow.onnx", 1000))
-             + model_table("collapse", [variant("v1", collapse)], required=False,
-                           max_batch_size=4)
-             + model_table("broken", [variant("v1", broken_artifact(tmp, "corrupt"))],
-                           required=False, max_batch_size=8))
+             + one_variant_model("collapse", collapse, max_batch_size=4)
+             + one_variant_model("broken", broken_artifact(tmp, "corrupt")))
     cfg = digits_config(tmp, variants=("small-fp32",), extra_models=extra)
     # Room for 1,000 pipelined requests (the per-client in-flight limit is 1,024).
     cfg.write_text(cfg.read_text().replace("max_queue = 512", "max_queue = 1024", 1))

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support.configs import digits_config, model_table, variant
+from support.configs import digits_config, one_variant_model
 from support.daemons import Daemon, free_port
 from support.faults import BROKEN_KINDS, broken_artifact, make_batch_collapsing_model
 from support.paths import MODELS, ROOT
@@ -30,12 +30,6 @@ VAL = np.load(MODELS / "validation.npz")
 
 def tensor(i: int) -> np.ndarray:
     return (VAL["x"][i].astype(np.float32) / 255.0)[None, None]
-
-
-def model_block(name: str, path: Path, required: bool = False, max_batch_size: int = 8) -> str:
-    """A model of one ONNX Runtime variant "v1" on ``path``."""
-    return model_table(name, [variant("v1", path)], required=required,
-                       max_batch_size=max_batch_size)
 
 
 def edged(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -74,7 +68,7 @@ def test_broken_artifacts_fail_only_their_model_with_a_reason(make_daemon: Any,
                                                               tmp_path: Path) -> None:
     paths = {k: broken_artifact(tmp_path, k) for k in BROKEN_KINDS}
     cfg = digits_config(tmp_path, variants=("cnn-fp32",), extra_models="".join(
-        model_block(f"broken-{k}", p) for k, p in paths.items()))
+        one_variant_model(f"broken-{k}", p) for k, p in paths.items()))
     d: Daemon = make_daemon(cfg)
     with d.client() as c:
         assert c.health().ok  # only required models count for health
@@ -103,7 +97,7 @@ def test_a_broken_required_model_stops_start_up_naming_the_file(tmp_path: Path,
                                                                 kind: str) -> None:
     p = broken_artifact(tmp_path, kind)
     cfg = digits_config(tmp_path, variants=("cnn-fp32",),
-                        extra_models=model_block("needed", p, required=True))
+                        extra_models=one_variant_model("needed", p, required=True))
     last = one_line_startup_error(serve(cfg, tmp_path))
     assert "required model 'needed'" in last and str(p) in last, last
 
@@ -114,7 +108,7 @@ def test_wrong_output_shape_fails_only_that_batch_and_the_model_recovers(
         make_daemon: Any, tmp_path: Path) -> None:
     path = make_batch_collapsing_model(tmp_path / "collapse.onnx")
     cfg = digits_config(tmp_path, variants=("cnn-fp32",),
-                        extra_models=model_block("collapse", path, max_batch_size=4))
+                        extra_models=one_variant_model("collapse", path, max_batch_size=4))
     d: Daemon = make_daemon(cfg)
     one = np.arange(4, dtype=np.float32)[None]
     two = np.arange(8, dtype=np.float32).reshape(2, 4)

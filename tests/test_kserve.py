@@ -26,21 +26,23 @@ th = pytest.importorskip("tritonclient.http", reason="the kserve extra is not in
                          "(pip install 'edged[kserve]')")
 import grpc  # noqa: E402
 import tritonclient.grpc.aio as tga  # noqa: E402
-from conftest import MODELS, Daemon, digits_config, free_port  # noqa: E402
-from slow_model import make_slow_model  # noqa: E402
-from test_detect_daemon import person_config  # noqa: E402
-from test_faults import make_batch_collapsing_model, model_block  # noqa: E402
-from test_frigate import metric, metrics  # noqa: E402
-from test_person_model import TRUE_BOX, iou, photo  # noqa: E402
+from support.configs import (  # noqa: E402
+    digits_config,
+    one_variant_model,
+    person_config,
+    slow_table,
+)
+from support.daemons import Daemon, free_port, metric, metrics  # noqa: E402
+from support.faults import make_batch_collapsing_model  # noqa: E402
+from support.paths import MODELS  # noqa: E402
+from support.person import TRUE_BOX, iou, photo  # noqa: E402
+from support.slow_model import BASE_TRIP, BUSY, make_slow_model  # noqa: E402
 from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 from edged.client import build_infer  # noqa: E402
 
 VAL = np.load(MODELS / "validation.npz")
-#: a slow request's input: the slow model loops BASE_TRIP + max(x) times
-BUSY = 250000.0
-BASE_TRIP = 2000
 MAX_MESSAGE = 8 << 20
 
 
@@ -49,26 +51,15 @@ def digits_x(n: int = 1, start: int = 0) -> np.ndarray:
 
 
 def slow_block(path: Path, name: str, max_batch: int, max_queue: int) -> str:
-    return f"""
-[[models]]
-name = "{name}"
-max_batch_size = {max_batch}
-max_queue = {max_queue}
-[[models.variants]]
-name = "loop"
-backend = "onnxruntime"
-path = "{path}"
-[models.variants.options]
-threads = 1
-"""
+    return slow_table(path, name=name, max_batch_size=max_batch, max_queue=max_queue)
 
 
 def kserve_config(tmp: Path, grpc_port: int, http_port: int) -> Path:
     slow = make_slow_model(tmp / "slow.onnx", BASE_TRIP)
     extra = (slow_block(slow, "slow", 8, 64) + slow_block(slow, "slow1", 1, 1)
-             + model_block("collapse", make_batch_collapsing_model(tmp / "collapse.onnx"),
-                           max_batch_size=4)
-             + model_block("broken", tmp / "missing.onnx"))
+             + one_variant_model("collapse", make_batch_collapsing_model(tmp / "collapse.onnx"),
+                                 max_batch_size=4)
+             + one_variant_model("broken", tmp / "missing.onnx"))
     person = person_config(tmp).read_text()
     person = person[person.index("[[models]]"):]
     server = (f"[server.limits]\nmax_message_bytes = {MAX_MESSAGE}\n"

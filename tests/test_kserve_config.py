@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import digits_config
+from support.configs import digits_config
 
 from edged.config import load_config
 from edged.errors import ConfigError

@@ -14,11 +14,11 @@ import pytest
 
 pytest.importorskip("tritonclient.grpc", reason="the kserve extra is not installed "
                     "(pip install 'edged[kserve]')")
-from conftest import MODELS, Daemon, digits_config, free_port
-from slow_model import make_slow_model
-from sysfs_fixtures import make_thermal_zone
-from test_frigate import metric
-from test_kserve import BASE_TRIP, BUSY, slow_block
+from support.configs import digits_config, slow_table
+from support.daemons import Daemon, free_port, metric
+from support.paths import MODELS
+from support.slow_model import BASE_TRIP, BUSY, make_slow_model
+from support.sysfs import make_thermal_zone
 
 from edged.client import build_infer
 
@@ -47,8 +47,9 @@ def remote_daemon(tmp: Path, scheme: str) -> tuple[Daemon, str]:
     tmp.mkdir(parents=True, exist_ok=True)
     slow = make_slow_model(tmp / "slow.onnx", BASE_TRIP)
     key = "grpc" if scheme == "grpc" else "http"
-    cfg = digits_config(tmp, variants=("cnn-fp32",), server=f'[server.kserve]\n{key} = '
-                        f'"127.0.0.1:{port}"\n', extra_models=slow_block(slow, "slow", 8, 64))
+    cfg = digits_config(tmp, variants=("cnn-fp32",),
+                        server=f'[server.kserve]\n{key} = "127.0.0.1:{port}"\n',
+                        extra_models=slow_table(slow, max_batch_size=8, max_queue=64))
     return Daemon(cfg, tmp), f"{scheme}://127.0.0.1:{port}"
 
 
@@ -63,7 +64,7 @@ def local_daemon(tmp: Path, url: str) -> Daemon:
     governor = (f'[governor]\nenabled = true\nsysfs_root = "{root}"\ninterval_s = 0.1\n'
                 f"dwell_s = 0.1\n{LEVELS}")
     cfg = digits_config(tmp, variants=("cnn-fp32",), governor=governor,
-                        extra_models=slow_block(slow, "slow", 8, 64) + offload)
+                        extra_models=slow_table(slow, max_batch_size=8, max_queue=64) + offload)
     return Daemon(cfg, tmp, metrics=True)
 
 

@@ -102,10 +102,19 @@ def digits_config(tmp: Path, *, extra_models: str = "", governor: str = "", serv
     return config(tmp, server=drain + server, models=[digits, extra_models], governor=governor)
 
 
-def slow_table(path: Path, *, max_queue: int = 4, extra: str = "") -> str:
-    """A model "slow" serving ``path`` (see support.slow_model) one request at a time."""
-    return model_table("slow", [variant("loop", path)], max_batch_size=1, max_queue=max_queue,
-                       extra=extra)
+def slow_table(path: Path, *, name: str = "slow", max_batch_size: int = 1, max_queue: int = 4,
+               extra: str = "") -> str:
+    """A model ``name`` serving ``path`` (see support.slow_model), by default one request
+    at a time."""
+    return model_table(name, [variant("loop", path)], max_batch_size=max_batch_size,
+                       max_queue=max_queue, extra=extra)
+
+
+def one_variant_model(name: str, path: Path, *, required: bool = False,
+                      max_batch_size: int = 8) -> str:
+    """A model of one ONNX Runtime variant "v1" on ``path`` (optional unless ``required``)."""
+    return model_table(name, [variant("v1", path)], required=required,
+                       max_batch_size=max_batch_size)
 
 
 def slow_config(tmp: Path, trip: int = 200000, max_queue: int = 4, extra: str = "") -> Path:

@@ -15,6 +15,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+#: A small base trip count (warm-up is quick) and an input value that keeps the model
+#: busy for about a second on any CPU: it loops ``trip_count + max(x)`` times.
+BASE_TRIP = 2000
+BUSY = 250000.0
+
 
 def make_slow_model(path: Path, trip_count: int) -> Path:
     rng = np.random.default_rng(0)
