@@ -98,6 +98,23 @@ class Metrics:
         self.frigate_duration = Histogram(
             "edged_frigate_request_duration_seconds", "Frigate endpoint: receipt to reply",
             ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
+        self.kserve_requests = Counter(
+            "edged_kserve_requests", "KServe v2 infer requests, by protocol (grpc|http), model "
+            "and status (also counted in edged_requests_total)",
+            ["protocol", "model", "status"], registry=r)
+        self.kserve_duration = Histogram(
+            "edged_kserve_request_duration_seconds", "KServe v2 infer: receipt to reply",
+            ["protocol"], buckets=LATENCY_BUCKETS, registry=r)
+        self.offload_requests = Counter(
+            "edged_offload_requests", "Requests handed to the [offload] server, by model, why "
+            "(governor|deadline) and outcome (remote: answered there; fallen_back: the remote "
+            "failed and it was computed here; failed: no time left to)",
+            ["model", "reason", "outcome"], registry=r)
+        self.offload_remote = Histogram(
+            "edged_offload_remote_duration_seconds", "Remote infer call, send to answer",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.offload_up = Gauge("edged_offload_remote_up", "1 while the remote's health check "
+                                "passes for the model", ["model"], registry=r)
         self.stream_frames = Counter(
             "edged_stream_frames", "Frames of requests with a stream id, by model and outcome "
             "(received, served, dropped_stale, dropped_rate); per-stream figures are in "

@@ -39,6 +39,8 @@ HISTOGRAMS = {
     "edged_frigate_request_duration_seconds",
     "edged_postprocess_duration_seconds",
     "edged_detections_per_frame",
+    "edged_kserve_request_duration_seconds",
+    "edged_offload_remote_duration_seconds",
 }
 EDGED_METRICS = HISTOGRAMS | {
     "edged_requests_total",
@@ -50,6 +52,9 @@ EDGED_METRICS = HISTOGRAMS | {
     "edged_active_variant_info",
     "edged_variant_swaps_total",
     "edged_variant_checks_total",
+    "edged_kserve_requests_total",
+    "edged_offload_requests_total",
+    "edged_offload_remote_up",
     "edged_config_reloads_total",
     "edged_build_info",
     "edged_energy_joules_total",

@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from prometheus_client import Counter, Histogram
 
 from edged import __version__
 from edged.batcher import Result
 from edged.errors import EdgedError, InvalidArgument, ResourceExhausted, Unavailable
 from edged.kserve.tensors import Tensor, datatype, triton_type
-from edged.metrics import LATENCY_BUCKETS
 from edged.model import Model
 from edged.protocol.request import InputMeta, Request
 from edged.server.admission import Admission, Ticket
@@ -77,14 +75,8 @@ class KServeCore:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-kserve")
         self._decoding = 0
         self.admission = Admission(state)
-        r = state.metrics.registry
-        self.m_requests = Counter(
-            "edged_kserve_requests", "KServe v2 infer requests, by protocol (grpc|http), model "
-            "and status (also counted in edged_requests_total)",
-            ["protocol", "model", "status"], registry=r)
-        self.m_duration = Histogram(
-            "edged_kserve_request_duration_seconds", "KServe v2 infer: receipt to reply",
-            ["protocol"], buckets=LATENCY_BUCKETS, registry=r)
+        self.m_requests = state.metrics.kserve_requests
+        self.m_duration = state.metrics.kserve_duration
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

@@ -20,13 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
-
 from edged.batcher import Result
 from edged.errors import DeadlineExceeded, EdgedError
 from edged.inputs import Prepared
 from edged.kserve.config import OffloadConfig, OffloadModel
-from edged.metrics import LATENCY_BUCKETS
 from edged.model import Model
 from edged.server.state import ServerState
 
@@ -56,17 +53,9 @@ class Offload:
         self._remote: Any = None  # edged.kserve.remote.Remote
         self._up: dict[str, bool] = {}
         self._inflight = 0
-        r = state.metrics.registry
-        self.m_requests = Counter(
-            "edged_offload_requests", "Requests handed to the [offload] server, by model, why "
-            "(governor|deadline) and outcome (remote: answered there; fallen_back: the remote "
-            "failed and it was computed here; failed: no time left to)",
-            ["model", "reason", "outcome"], registry=r)
-        self.m_remote = Histogram(
-            "edged_offload_remote_duration_seconds", "Remote infer call, send to answer",
-            ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.m_up = Gauge("edged_offload_remote_up", "1 while the remote's health check "
-                          "passes for the model", ["model"], registry=r)
+        m = state.metrics
+        self.m_requests, self.m_remote, self.m_up = (m.offload_requests, m.offload_remote,
+                                                     m.offload_up)
 
     async def configure(self, cfg: OffloadConfig) -> None:
         """At start and after a reload: a new remote client when the section changed."""
