@@ -113,3 +113,17 @@ def test_without_openvino_the_step_is_skipped_with_the_extra_named(tmp_path: Pat
     assert "openvino: skipped — OpenVINO is not installed" in r.stdout, r.stdout + r.stderr
     assert "pip install 'edged[openvino]'" in r.stdout
     assert r.returncode == 1  # the only step asked for could not run
+
+
+def test_without_tvm_its_step_is_skipped_and_the_others_still_run(tmp_path: Path) -> None:
+    """A device without TVM (the arm64 check's Debian root) compiles the other rungs."""
+    code = ("import sys; sys.modules['tvm'] = None\n"
+            "from edged.compile import cli\n"
+            f"sys.exit(cli.main([{str(MODELS / 'cnn-fp32.onnx')!r}, '--out', "
+            f"{str(tmp_path)!r}, '--steps', 'ort-opt,tvm', '--bench-runs', '2', "
+            "'--no-progress']))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert "tvm: skipped — TVM is not installed here" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "cnn-fp32-opt.onnx").exists()

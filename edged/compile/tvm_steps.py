@@ -16,12 +16,17 @@ from tqdm import tqdm
 
 from edged.backends.sidecar import sha256_file, write_sidecar
 from edged.compile import tvm_build, tvm_tune
-from edged.compile.context import Context
+from edged.compile.context import Context, StepSkipped
 
 TVM_TOOLS = ("tvm", "tvm-ffi", "onnx")
 
 
 def build(ctx: Context) -> list[Path]:
+    try:
+        import tvm  # noqa: F401  (imported by the build below; absent: skipped, not failed)
+    except ImportError:
+        raise StepSkipped("TVM is not installed here (pip install 'edged[tvm]'; or build the "
+                          ".so on a host that has it and copy it: docs/compile.md)") from None
     o = ctx.opts
     choice = tvm_build.resolve_target(o.target, o.cc, o.threads)
     sizes = list(o.batch_sizes) if o.batch_sizes else None
