@@ -74,62 +74,63 @@ def verify_model(m: ModelConfig) -> list[VariantResult]:
     try:
         ref = _open(m, ri)
     except Exception as e:
-        return [VariantResult(m.name, v.name, "reference" if i == ri else "checked", False,
+        why = _message(e)
+        return [VariantResult(m.name, v.name, "reference", False, error=why) if i == ri else
+                VariantResult(m.name, v.name, "checked", False,
                               error=f"the reference {verifier.reference_name!r} did not open: "
-                                    f"{_message(e)}" if i != ri else _message(e))
+                                    f"{why}")
                 for i, v in enumerate(m.variants)]
-    spec = _check_spec(m, ref)
-    with_reference: Callable[[Callable[[Opened], Reference]], Reference] = lambda job: job(ref)
-    results = [_checked(m, verifier, ri, ref, spec, with_reference, "reference", t0)]
+    session = _Session(m, verifier, ref)
     try:
-        for i, v in enumerate(m.variants):
-            if i == ri:
-                continue
-            t0 = time.perf_counter()
-            if not v.verify.enabled:
-                results.append(VariantResult(m.name, v.name, "unverified", True,
-                                             error="verify = false: goes live unchecked"))
-                continue
-            try:
-                cand = _open(m, i)
-            except Exception as e:
-                results.append(VariantResult(m.name, v.name, "checked", False,
-                                             error=_message(e),
-                                             seconds=time.perf_counter() - t0))
-                continue
-            try:
-                check_candidate(v, cand.backend, list(ref.backend.inputs),
-                                list(ref.backend.outputs))
-            except Exception as e:  # check_candidate closed it
-                results.append(VariantResult(m.name, v.name, "checked", False,
-                                             error=_message(e),
-                                             seconds=time.perf_counter() - t0))
-                continue
-            results.append(_checked(m, verifier, i, cand, spec, with_reference, "checked", t0))
+        return [session.measure(ri, ref, t0)] + [session.candidate(i)
+                                                for i in range(len(m.variants)) if i != ri]
     finally:
         ref.backend.close()
-    return results
 
 
-def _checked(m: ModelConfig, verifier: Verifier, index: int, cand: Loaded,
-             spec: TensorSpec | None,
-             with_reference: Callable[[Callable[[Opened], Reference]], Reference],
-             role: str, t0: float) -> VariantResult:
-    """The real check of ``cand`` (the reference's own results when it is the reference).
-    Closes ``cand`` unless it is the reference."""
-    result = VariantResult(m.name, cand.config.name, role, False)
-    try:
-        reference = verifier.reference(index, spec, with_reference)
-        result.inputs = reference.inputs.source
-        result.precision, result.measures = verifier.measure(cand, reference)
-        result.ok = True
-    except Exception as e:
-        result.error = _message(e)
-    finally:
-        if role != "reference":
+class _Session:
+    """One model's check: its verifier and its reference variant, open."""
+
+    def __init__(self, m: ModelConfig, verifier: Verifier, ref: Loaded) -> None:
+        self.m, self.verifier, self.ref = m, verifier, ref
+        self.spec = _check_spec(m, ref)
+
+    def with_reference(self, job: Callable[[Opened], Reference]) -> Reference:
+        return job(self.ref)
+
+    def candidate(self, index: int) -> VariantResult:
+        """Open variant ``index`` as a swap would, check its contract, then measure it."""
+        v = self.m.variants[index]
+        t0 = time.perf_counter()
+        if not v.verify.enabled:
+            return VariantResult(self.m.name, v.name, "unverified", True,
+                                 error="verify = false: goes live unchecked")
+        try:
+            cand = _open(self.m, index)
+            check_candidate(v, cand.backend, list(self.ref.backend.inputs),
+                            list(self.ref.backend.outputs))  # closes it on failure
+        except Exception as e:
+            return VariantResult(self.m.name, v.name, "checked", False, error=_message(e),
+                                 seconds=time.perf_counter() - t0)
+        try:
+            return self.measure(index, cand, t0)
+        finally:
             cand.backend.close()
-    result.seconds = time.perf_counter() - t0
-    return result
+
+    def measure(self, index: int, cand: Loaded, t0: float) -> VariantResult:
+        """The real check of ``cand`` against the reference's results on its inputs (the
+        reference against itself: what it computes here against the build machine)."""
+        role = "reference" if cand is self.ref else "checked"
+        result = VariantResult(self.m.name, cand.config.name, role, False)
+        try:
+            reference = self.verifier.reference(index, self.spec, self.with_reference)
+            result.inputs = reference.inputs.source
+            result.precision, result.measures = self.verifier.measure(cand, reference)
+            result.ok = True
+        except Exception as e:
+            result.error = _message(e)
+        result.seconds = time.perf_counter() - t0
+        return result
 
 
 def _open(m: ModelConfig, index: int) -> Loaded:
