@@ -28,6 +28,7 @@ from edged.config import ModelConfig, load_config
 from edged.errors import ConfigError
 from edged.preprocess import Preprocessor
 from edged.variants import Loaded, check_candidate, open_variant
+from edged.verify.compare import VerifyRefused
 from edged.verify.verifier import Opened, Reference, Verifier
 
 #: CPU features that decide which ONNX Runtime kernels run (numpy's CPUID names)
@@ -122,6 +123,12 @@ class _Session:
         reference against itself: what it computes here against the build machine)."""
         role = "reference" if cand is self.ref else "checked"
         result = VariantResult(self.m.name, cand.config.name, role, False)
+        if role == "reference":
+            try:
+                self.verifier.check_inputs(index, self.spec)
+            except VerifyRefused:  # it goes live unchecked by definition
+                result.ok, result.error = True, "no check inputs: nothing measured"
+                return result
         try:
             reference = self.verifier.reference(index, self.spec, self.with_reference)
             result.inputs = reference.inputs.source
@@ -168,6 +175,8 @@ def format_result(r: VariantResult) -> str:
     if r.role == "unverified":
         return f"{head} unverified ({r.error})"
     if not r.ok:
+        return f"{head} ({r.role}): {r.error}"
+    if r.error:  # a reference with nothing to measure
         return f"{head} ({r.role}): {r.error}"
     what = "reference, against itself" if r.role == "reference" else "checked"
     measures = " ".join(f"{k}={v:.4g}" for k, v in r.measures.items())

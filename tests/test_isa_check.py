@@ -98,6 +98,20 @@ def test_a_variant_without_check_inputs_fails_and_one_marked_unverified_passes(
     assert copy["ok"] and copy["role"] == "unverified" and not copy["measures"]
 
 
+def test_a_reference_without_check_inputs_goes_live_and_the_others_are_checked_against_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bare = tmp_path / "copy.onnx"
+    shutil.copy(MODELS / "cnn-fp32.onnx", bare)
+    cfg = with_variant(tmp_path, "copy-fp32", bare, "reference = true")
+    rc, doc = check_verify(capsys, cfg)
+    assert rc == 0, doc
+    v = by_name(doc)
+    assert v["digits/copy-fp32"]["role"] == "reference" and v["digits/copy-fp32"]["ok"]
+    assert "no check inputs" in v["digits/copy-fp32"]["error"]
+    assert v["digits/cnn-fp32"]["role"] == "checked"
+    assert v["digits/cnn-fp32"]["measures"]["logits.top1"] == 1.0
+
+
 def test_an_invalid_config_is_exit_2_with_its_problems(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.toml"
