@@ -26,8 +26,10 @@ from typing import Any
 from edged.backends.base import TensorSpec
 from edged.config import ModelConfig, load_config
 from edged.errors import ConfigError
+from edged.heads import Head, open_head
+from edged.metrics import Metrics
 from edged.preprocess import Preprocessor
-from edged.variants import Loaded, check_candidate, open_variant
+from edged.variants import Loaded, check_candidate, open_with_head
 from edged.verify.compare import VerifyRefused
 from edged.verify.verifier import Opened, Reference, Verifier
 
@@ -69,11 +71,13 @@ def cpu_isa() -> dict[str, Any]:
 
 def verify_model(m: ModelConfig) -> list[VariantResult]:
     """Open ``m``'s reference and check every other variant against it, in process."""
-    verifier = Verifier(m, Preprocessor(m.preprocess) if m.preprocess else None)
+    pre = Preprocessor(m.preprocess) if m.preprocess else None
+    verifier = Verifier(m, pre)
+    head = open_head(m, Metrics(), pre)  # the head's series; nothing is exported
     ri = verifier.reference_index
     t0 = time.perf_counter()
     try:
-        ref = _open(m, ri)
+        ref = open_with_head(m, ri, head)
     except Exception as e:
         why = _message(e)
         return [VariantResult(m.name, v.name, "reference", False, error=why) if i == ri else
@@ -81,7 +85,7 @@ def verify_model(m: ModelConfig) -> list[VariantResult]:
                               error=f"the reference {verifier.reference_name!r} did not open: "
                                     f"{why}")
                 for i, v in enumerate(m.variants)]
-    session = _Session(m, verifier, ref)
+    session = _Session(m, verifier, head, ref)
     try:
         return [session.measure(ri, ref, t0)] + [session.candidate(i)
                                                 for i in range(len(m.variants)) if i != ri]
@@ -92,8 +96,8 @@ def verify_model(m: ModelConfig) -> list[VariantResult]:
 class _Session:
     """One model's check: its verifier and its reference variant, open."""
 
-    def __init__(self, m: ModelConfig, verifier: Verifier, ref: Loaded) -> None:
-        self.m, self.verifier, self.ref = m, verifier, ref
+    def __init__(self, m: ModelConfig, verifier: Verifier, head: Head, ref: Loaded) -> None:
+        self.m, self.verifier, self.head, self.ref = m, verifier, head, ref
         self.spec = _check_spec(m, ref)
 
     def with_reference(self, job: Callable[[Opened], Reference]) -> Reference:
@@ -107,7 +111,7 @@ class _Session:
             return VariantResult(self.m.name, v.name, "unverified", True,
                                  error="verify = false: goes live unchecked")
         try:
-            cand = _open(self.m, index)
+            cand = open_with_head(self.m, index, self.head)
             check_candidate(v, cand.backend, list(self.ref.backend.inputs),
                             list(self.ref.backend.outputs))  # closes it on failure
         except Exception as e:
@@ -138,21 +142,6 @@ class _Session:
             result.error = _message(e)
         result.seconds = time.perf_counter() - t0
         return result
-
-
-def _open(m: ModelConfig, index: int) -> Loaded:
-    """A variant opened as the daemon opens it, with a detector's post-processor."""
-    loaded = open_variant(m.name, index, m.variants[index], m.max_batch_size)
-    if m.postprocess is not None and m.preprocess is not None:
-        from edged.detect.serving import build_postprocessor
-
-        try:
-            loaded.post = build_postprocessor(m.postprocess, m.preprocess, loaded.backend,
-                                              loaded.config.path, m.preprocess.input)
-        except Exception:
-            loaded.backend.close()
-            raise
-    return loaded
 
 
 def _check_spec(m: ModelConfig, ref: Loaded) -> TensorSpec | None:
