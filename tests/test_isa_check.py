@@ -128,6 +128,7 @@ def test_isa_check_passes_on_an_emulated_avx2_only_cpu(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "isa-check"), "--json",
                         str(report)], cwd=tmp_path, capture_output=True, text=True,
                        timeout=3600)
+    print(p.stdout)  # the report, for pytest -rP
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     doc = json.loads(report.read_text())
     runs = {r["cpu"]: r for r in doc["runs"]}
