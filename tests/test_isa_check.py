@@ -123,11 +123,12 @@ def test_an_invalid_config_is_exit_2_with_its_problems(
 @pytest.mark.skipif(os.environ.get("EDGED_TEST_ISA") != "1",
                     reason="emulating an AVX2-only CPU with qemu takes minutes: set "
                            "EDGED_TEST_ISA=1 to run scripts/isa-check")
+@pytest.mark.timeout(3600)
 def test_isa_check_passes_on_an_emulated_avx2_only_cpu(tmp_path: Path) -> None:
     report = tmp_path / "isa.json"
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "isa-check"), "--json",
                         str(report)], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=3600)
+                       timeout=3500)
     print(p.stdout)  # the report, for pytest -rP
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     doc = json.loads(report.read_text())
