@@ -25,7 +25,7 @@ from typing import Any
 
 from edged.backends.base import TensorSpec
 from edged.config import ModelConfig, load_config
-from edged.errors import ConfigError
+from edged.errors import ConfigError, EdgedError
 from edged.heads import Head, open_head
 from edged.metrics import Metrics
 from edged.preprocess import Preprocessor
@@ -154,8 +154,6 @@ def _check_spec(m: ModelConfig, ref: Loaded) -> TensorSpec | None:
 
 
 def _message(e: Exception) -> str:
-    from edged.errors import EdgedError
-
     return str(e) if isinstance(e, EdgedError) else f"{type(e).__name__}: {e}"
 
 
@@ -163,9 +161,7 @@ def format_result(r: VariantResult) -> str:
     head = f"{'ok  ' if r.ok else 'FAIL'} {r.model}/{r.variant}"
     if r.role == "unverified":
         return f"{head} unverified ({r.error})"
-    if not r.ok:
-        return f"{head} ({r.role}): {r.error}"
-    if r.error:  # a reference with nothing to measure
+    if not r.ok or r.error:  # refused, or a reference with nothing to measure
         return f"{head} ({r.role}): {r.error}"
     what = "reference, against itself" if r.role == "reference" else "checked"
     measures = " ".join(f"{k}={v:.4g}" for k, v in r.measures.items())
