@@ -8,7 +8,7 @@ reference variant and every other variant in process, exactly as a swap does (th
 contract check, then ``edged.verify``'s task-level check against the reference computed
 here), and prints every measure. The reference is checked against itself, which passes
 by construction but shows how far this device's runtime is from the build machine's
-recorded outputs (``*.vs_build_machine``). ``scripts/isa-check`` runs it under emulated
+recorded outputs (``*.vs_build_machine``). ``scripts/ops/isa-check`` runs it under emulated
 CPUs. Nothing is served and no socket is opened.
 """
 

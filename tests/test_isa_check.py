@@ -1,5 +1,5 @@
 """``edged check --verify`` (the swap check of every variant against its reference, run in
-process on this device) and ``scripts/isa-check`` (the same and the model tests under an
+process on this device) and ``scripts/ops/isa-check`` (the same and the model tests under an
 emulated AVX2-only CPU). The emulated run takes minutes: only with EDGED_TEST_ISA=1."""
 
 from __future__ import annotations
@@ -122,11 +122,11 @@ def test_an_invalid_config_is_exit_2_with_its_problems(
 
 @pytest.mark.skipif(os.environ.get("EDGED_TEST_ISA") != "1",
                     reason="emulating an AVX2-only CPU with qemu takes minutes: set "
-                           "EDGED_TEST_ISA=1 to run scripts/isa-check")
+                           "EDGED_TEST_ISA=1 to run scripts/ops/isa-check")
 @pytest.mark.timeout(3600)
 def test_isa_check_passes_on_an_emulated_avx2_only_cpu(tmp_path: Path) -> None:
     report = tmp_path / "isa.json"
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "isa-check"), "--json",
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "ops" / "isa-check"), "--json",
                         str(report)], cwd=tmp_path, capture_output=True, text=True,
                        timeout=3500)
     print(p.stdout)  # the report, for pytest -rP
