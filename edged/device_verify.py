@@ -53,7 +53,7 @@ class VariantResult:
     seconds: float = 0.0
 
 
-def cpu_isa() -> dict[str, Any]:
+def simd_features() -> dict[str, Any]:
     """The machine and the SIMD features this process sees (CPUID, as the runtime reads
     them; under qemu-user these are the emulated CPU's, unlike /proc/cpuinfo)."""
     features: dict[str, bool] = {}
@@ -177,7 +177,7 @@ def cmd_check_verify(args: argparse.Namespace) -> int:
         for p in e.problems:
             print(f"  - {p}", file=sys.stderr)
         return 2
-    cpu = cpu_isa()
+    cpu = simd_features()
     results = [r for m in cfg.models for r in verify_model(m)]
     failed = [r for r in results if not r.ok]
     if args.json:
