@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import MODELS, ROOT, digits_config
+from support.configs import digits_config, digits_variants, variant
+from support.paths import MODELS, ROOT
 
 from edged.cli import main
 
@@ -64,11 +65,10 @@ def noisy_copy(tmp: Path) -> Path:
     return out
 
 
-def with_variant(tmp: Path, name: str, path: Path, extra: str = "") -> Path:
-    cfg = digits_config(tmp, variants=("cnn-fp32",))
-    cfg.write_text(cfg.read_text() + f'\n[[models.variants]]\nname = "{name}"\n'
-                   f'backend = "onnxruntime"\npath = "{path}"\n{extra}\n')
-    return cfg
+def with_variant(tmp: Path, name: str, path: Path, **fields: Any) -> Path:
+    """The digits model with cnn-fp32 and one more variant."""
+    return digits_config(tmp, variant_tables=[*digits_variants(("cnn-fp32",)),
+                                              variant(name, path, **fields)])
 
 
 def test_a_variant_that_computes_something_else_fails_naming_the_measure(
@@ -92,7 +92,7 @@ def test_a_variant_without_check_inputs_fails_and_one_marked_unverified_passes(
     copy = by_name(doc)["digits/copy-int8"]
     assert not copy["ok"] and "has no check inputs" in copy["error"]
 
-    rc, doc = check_verify(capsys, with_variant(tmp_path, "copy-int8", bare, "verify = false"))
+    rc, doc = check_verify(capsys, with_variant(tmp_path, "copy-int8", bare, verify=False))
     assert rc == 0, doc
     copy = by_name(doc)["digits/copy-int8"]
     assert copy["ok"] and copy["role"] == "unverified" and not copy["measures"]
@@ -102,7 +102,7 @@ def test_a_reference_without_check_inputs_goes_live_and_the_others_are_checked_a
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bare = tmp_path / "copy.onnx"
     shutil.copy(MODELS / "cnn-fp32.onnx", bare)
-    cfg = with_variant(tmp_path, "copy-fp32", bare, "reference = true")
+    cfg = with_variant(tmp_path, "copy-fp32", bare, reference=True)
     rc, doc = check_verify(capsys, cfg)
     assert rc == 0, doc
     v = by_name(doc)
