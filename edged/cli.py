@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="validate a config and load every artifact")
     c.add_argument("config", nargs="?", default=DEFAULT_CONFIG)
+    c.add_argument("--verify", action="store_true",
+                   help="also check every variant against the model's reference on this "
+                        "device, as a swap would, and print each measure (edged.device_verify)")
+    c.add_argument("--json", action="store_true", help="with --verify: machine-readable")
 
     i = sub.add_parser("infer", help="send one image or .npy tensor and print the result")
     i.add_argument("model")
@@ -151,6 +155,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.verify:
+        from edged.device_verify import cmd_check_verify
+
+        return cmd_check_verify(args)
     from edged.config import load_config
     from edged.errors import ConfigError
     from edged.heads import open_head

@@ -160,6 +160,13 @@ class Verifier:
     # -- the check ---------------------------------------------------------------------
     def check(self, cand: Opened, ref: Reference) -> str:
         """Refuse (VerifyRefused) or return what was measured, for the log."""
+        precision, report = self.measure(cand, ref)
+        return (f"vs {ref.variant} on {ref.inputs.source} ({precision}): "
+                + " ".join(f"{k}={val:.3g}" for k, val in report.items()))
+
+    def measure(self, cand: Opened, ref: Reference) -> tuple[str, dict[str, float]]:
+        """The check itself: refuse (VerifyRefused), or return the candidate's precision
+        and the measures by name (``edged check --verify`` prints them)."""
         v = cand.config
         precision = v.precision or golden.precision_of(v.path, v.name)
         tol = tolerances(precision, self.cfg.verify, v.verify)
@@ -174,8 +181,7 @@ class Verifier:
         else:
             report = compare_outputs(where, outs, ref.outputs, tol, precision)
         report.update(_recorded_drift(outs, ref.inputs.recorded))
-        return (f"vs {ref.variant} on {ref.inputs.source} ({precision}): "
-                + " ".join(f"{k}={val:.3g}" for k, val in report.items()))
+        return precision, report
 
     def _run(self, opened: Opened, inputs: CheckInputs, who: str) -> dict[str, np.ndarray]:
         feeds = fit_feeds(inputs.feeds, opened.backend.inputs, self._layout)

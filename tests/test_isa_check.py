@@ -1,0 +1,142 @@
+"""``edged check --verify`` (the swap check of every variant against its reference, run in
+process on this device) and ``scripts/ops/isa-check`` (the same and the model tests under an
+emulated AVX2-only CPU). The emulated run takes minutes: only with EDGED_TEST_ISA=1."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from support.configs import digits_config, digits_variants, variant
+from support.paths import MODELS, ROOT
+
+from edged.cli import main
+
+
+def check_verify(capsys: pytest.CaptureFixture[str], config: Path) -> tuple[int, dict[str, Any]]:
+    rc = main(["check", "--verify", "--json", str(config)])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{v['model']}/{v['variant']}": v for v in doc["variants"]}
+
+
+def test_every_shipped_variant_of_the_default_config_would_go_live_here(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    rc, doc = check_verify(capsys, ROOT / "config.toml")
+    assert rc == 0 and doc["ok"], doc
+    v = by_name(doc)
+    assert set(v) == {"digits/cnn-fp32", "digits/cnn-int8", "digits/small-fp32",
+                      "person/ssdlite-fp32", "person/ssdlite-int8"}
+    assert v["digits/cnn-fp32"]["role"] == v["person/ssdlite-fp32"]["role"] == "reference"
+    int8 = v["digits/cnn-int8"]
+    assert int8["role"] == "checked" and int8["precision"] == "int8"
+    assert int8["inputs"] == "golden file cnn-int8.onnx.golden.npz"
+    assert int8["measures"]["logits.top1"] >= 0.97
+    assert "logits.vs_build_machine" in int8["measures"]
+    det = v["person/ssdlite-int8"]["measures"]
+    assert det["det.precision"] >= 0.9 and det["det.recall"] >= 0.9
+    assert doc["cpu"]["machine"] and isinstance(doc["cpu"]["features"], list)
+
+
+def noisy_copy(tmp: Path) -> Path:
+    """cnn-fp32 with its weights replaced by noise, shipped with cnn-fp32's golden file."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(MODELS / "cnn-fp32.onnx")
+    rng = np.random.default_rng(0)
+    for init in model.graph.initializer:
+        w = numpy_helper.to_array(init)
+        if w.dtype == np.float32 and w.size > 16:
+            init.CopyFrom(numpy_helper.from_array(
+                rng.normal(0, float(w.std()) or 0.1, w.shape).astype(np.float32), init.name))
+    out = tmp / "cnn-noisy.onnx"
+    onnx.save(model, out)
+    shutil.copy(MODELS / "cnn-fp32.onnx.golden.npz", tmp / "cnn-noisy.onnx.golden.npz")
+    return out
+
+
+def with_variant(tmp: Path, name: str, path: Path, **fields: Any) -> Path:
+    """The digits model with cnn-fp32 and one more variant."""
+    return digits_config(tmp, variant_tables=[*digits_variants(("cnn-fp32",)),
+                                              variant(name, path, **fields)])
+
+
+def test_a_variant_that_computes_something_else_fails_naming_the_measure(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = with_variant(tmp_path, "cnn-noisy", noisy_copy(tmp_path))
+    rc = main(["check", "--verify", str(cfg)])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "ok   digits/cnn-fp32 fp32 reference" in out
+    line = next(ln for ln in out.splitlines() if "digits/cnn-noisy" in ln)
+    assert line.startswith("FAIL") and "top-1 agrees with the reference on" in line, out
+    assert "1 FAILED" in out
+
+
+def test_a_variant_without_check_inputs_fails_and_one_marked_unverified_passes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bare = tmp_path / "copy.onnx"  # no golden file, no model.json beside it
+    shutil.copy(MODELS / "cnn-int8.onnx", bare)
+    rc, doc = check_verify(capsys, with_variant(tmp_path, "copy-int8", bare))
+    assert rc == 1 and not doc["ok"]
+    copy = by_name(doc)["digits/copy-int8"]
+    assert not copy["ok"] and "has no check inputs" in copy["error"]
+
+    rc, doc = check_verify(capsys, with_variant(tmp_path, "copy-int8", bare, verify=False))
+    assert rc == 0, doc
+    copy = by_name(doc)["digits/copy-int8"]
+    assert copy["ok"] and copy["role"] == "unverified" and not copy["measures"]
+
+
+def test_a_reference_without_check_inputs_goes_live_and_the_others_are_checked_against_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bare = tmp_path / "copy.onnx"
+    shutil.copy(MODELS / "cnn-fp32.onnx", bare)
+    cfg = with_variant(tmp_path, "copy-fp32", bare, reference=True)
+    rc, doc = check_verify(capsys, cfg)
+    assert rc == 0, doc
+    v = by_name(doc)
+    assert v["digits/copy-fp32"]["role"] == "reference" and v["digits/copy-fp32"]["ok"]
+    assert "no check inputs" in v["digits/copy-fp32"]["error"]
+    assert v["digits/cnn-fp32"]["role"] == "checked"
+    assert v["digits/cnn-fp32"]["measures"]["logits.top1"] == 1.0
+
+
+def test_an_invalid_config_is_exit_2_with_its_problems(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[models]]\nname = 3\n")
+    assert main(["check", "--verify", str(bad)]) == 2
+    assert "problem(s)" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.environ.get("EDGED_TEST_ISA") != "1",
+                    reason="emulating an AVX2-only CPU with qemu takes minutes: set "
+                           "EDGED_TEST_ISA=1 to run scripts/ops/isa-check")
+@pytest.mark.timeout(3600)
+def test_isa_check_passes_on_an_emulated_avx2_only_cpu(tmp_path: Path) -> None:
+    report = tmp_path / "isa.json"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "ops" / "isa-check"), "--json",
+                        str(report)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=3500)
+    print(p.stdout)  # the report, for pytest -rP
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    doc = json.loads(report.read_text())
+    runs = {r["cpu"]: r for r in doc["runs"]}
+    haswell = runs["Haswell-v4"]
+    assert "AVX2" in haswell["features"] and "AVX512F" not in haswell["features"]
+    steps = {s["name"]: s["status"] for s in haswell["steps"]}
+    assert steps["verify config.toml"] == steps["verify digits-det"] == "PASS", steps
+    assert any(k.startswith("tests") and v == "PASS" for k, v in steps.items()), steps
+    for label in ("config.toml", "digits-det"):
+        assert all(v["ok"] for v in haswell["verify"][label]["variants"])
