@@ -74,7 +74,9 @@ def test_equal_cost_digits_variants_make_one_rung(readme_run) -> None:
     equal_cost = {"cnn-fp32", "cnn-fp32-opt", "cnn-fp16"}
     assert len(equal_cost & set(rungs)) == 1, text
     assert rungs[0] in {"cnn-fp32", "cnn-fp32-opt"}  # the most precise heads the ladder
-    assert "cnn-int8" in rungs, text  # ~2x cheaper on a CPU: a real step down
+    # ~2x cheaper on a CPU: a real step down (ORT's INT8, or OpenVINO's where it is
+    # installed and measures cheaper still)
+    assert {"cnn-int8", "cnn-ov-int8"} & set(rungs), text
     for name in equal_cost - set(rungs):
         reason = next(ln for ln in text.split(f"# {name}:")[1].splitlines()
                       if ln.startswith("# not on the ladder:"))
