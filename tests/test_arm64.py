@@ -1,4 +1,4 @@
-"""``scripts/arm64-check``: the checkout's daemon and CLI on aarch64 under qemu.
+"""``scripts/ops/arm64-check``: the checkout's daemon and CLI on aarch64 under qemu.
 
 The full run builds (once, cached under ``~/.cache/edged/arm64-root``) an arm64 Debian
 root with debootstrap, which takes minutes and needs root, apt and network: it runs
@@ -50,7 +50,7 @@ def test_help_runs_on_the_host_python_without_root_or_emulation() -> None:
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(os.environ.get("EDGED_TEST_ARM64") != "1",
                     reason="builds an arm64 Debian root (minutes, root, network): "
-                           "set EDGED_TEST_ARM64=1 to run scripts/arm64-check")
+                           "set EDGED_TEST_ARM64=1 to run scripts/ops/arm64-check")
 def test_arm64_smoke_passes_under_emulation() -> None:
     r = subprocess.run([sys.executable, str(SCRIPT)], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=3500)
