@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "arm64-check"
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "ops" / "arm64-check"
 
 #: Every check the smoke must report as PASS (a step that silently did not run fails).
 EXPECTED = (
