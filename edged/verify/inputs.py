@@ -37,6 +37,9 @@ class CheckInputs:
     source: str
     feeds: dict[str, np.ndarray]
     recorded: dict[str, np.ndarray] | None = None
+    #: the same inputs every time (golden file, validation data), so the reference's
+    #: results on them can be kept; served inputs change with every request
+    fixed: bool = True
 
     @property
     def count(self) -> int:
@@ -129,7 +132,7 @@ class RecentInputs:
         if not rows:
             return None
         feeds = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
-        return CheckInputs(f"the last {len(rows)} inputs served", feeds)
+        return CheckInputs(f"the last {len(rows)} inputs served", feeds, fixed=False)
 
 
 def _kinds(row: dict[str, np.ndarray]) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
