@@ -30,7 +30,14 @@ def _add_control_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=60.0)
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Subcommands whose parsers live in (and import) their own modules.
+_HEAVY = ("bench", "compile", "governor")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or for a ``command`` other than bench/compile/governor one
+    without their parsers: building those imports their modules (numpy, the load
+    generator, the governor), ~25 ms of ``edged serve``'s start-up."""
     ap = argparse.ArgumentParser(prog="edged", description=__doc__)
     ap.add_argument("--version", action="version", version=f"edged {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -101,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="use the class_map of [[server.frigate]] number INDEX (from 0); "
                          "default: the first one serving MODEL")
 
+    if command is not None and command not in _HEAVY:
+        return ap
     from edged.bench.cli import add_parser as add_bench
 
     add_bench(sub)
@@ -123,7 +132,9 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    first = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(first if first in _COMMANDS else None).parse_args(argv)
     try:
         return int(_COMMANDS[args.cmd](args) or 0)
     except KeyboardInterrupt:
@@ -145,6 +156,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("edged: invalid config:\n  " + "\n  ".join(e.problems), file=sys.stderr)
         return 2
     setup_logging(args.log_level or cfg.server.log_level)
+    from edged.backends.load import preopen
+
+    preopen(cfg.models)  # while the server's modules import (edged.backends.load)
     from edged.server import Server, StartupError
 
     try:

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import psutil
 
-from edged.backends import backend_module
 from edged.backends.base import Backend, TensorSpec, run_batch, zero_feeds
+from edged.backends.load import load_variant
 from edged.batcher import Batcher
 from edged.config import ModelConfig, VariantConfig
 from edged.errors import ArtifactError, EdgedError
@@ -83,25 +83,6 @@ def open_with_head(cfg: ModelConfig, index: int, head: Head) -> Loaded:
         loaded.backend.close()
         raise
     return loaded
-
-
-def load_variant(v: VariantConfig, max_batch_size: int) -> tuple[Backend, float]:
-    """Open and warm up one artifact (blocking; call from a thread)."""
-    t0 = time.perf_counter()
-    mod = backend_module(v.backend)
-    backend = mod.open_backend(v.path, v.options, max_batch_size)
-    try:
-        backend.warmup(1)
-        sizes = backend.batch_sizes
-        if max_batch_size > 1 and sizes:
-            # Compiled batch sizes (TVM libraries, TensorRT profiles) are slow on their
-            # first run; a runtime with dynamic batch grows its buffers on first use
-            # instead of holding the largest batch's memory from the start.
-            backend.warmup(min(max_batch_size, sizes[-1]))
-    except Exception as e:
-        backend.close()
-        raise ArtifactError(f"{v.path}: warm-up run failed: {type(e).__name__}: {e}") from None
-    return backend, time.perf_counter() - t0
 
 
 def profile_batch_sizes(backend: Backend, max_batch_size: int,

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from edged import __version__, memory, threadplan
+from edged.backends.load import discard_preopened
 from edged.config import Config, ModelConfig
 from edged.errors import ConfigError
 from edged.metrics import Metrics
@@ -102,7 +103,10 @@ class Server:
             await self.kserve.start(cfg.server.kserve)
         except (OSError, ImportError) as e:
             raise StartupError(str(e)) from None
-        await self._load(list(cfg.models), startup=True)
+        try:
+            await self._load(list(cfg.models), startup=True)
+        finally:
+            await asyncio.to_thread(discard_preopened)
         self._tasks.append(loop.create_task(self.health.watchdog_loop(), name="watchdog"))
         st.ready = True
         st.phase = "serving"
