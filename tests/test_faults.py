@@ -8,11 +8,9 @@ a non-zero exit, never a traceback or a hang.
 
 from __future__ import annotations
 
-import os
 import random
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,33 +18,17 @@ import numpy as np
 import pytest
 from support.configs import digits_config, one_variant_model
 from support.daemons import Daemon, free_port
+from support.digits import VAL, run_edged, tensor
 from support.faults import BROKEN_KINDS, broken_artifact, make_batch_collapsing_model
-from support.paths import MODELS, ROOT
 
 from edged.client import build_infer
-
-VAL = np.load(MODELS / "validation.npz")
-
-
-def tensor(i: int) -> np.ndarray:
-    return (VAL["x"][i].astype(np.float32) / 255.0)[None, None]
-
-
-def edged(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("NOTIFY_SOCKET", None)
-    try:
-        return subprocess.run([sys.executable, "-m", "edged", *args], capture_output=True,
-                              text=True, timeout=timeout, cwd=str(ROOT), env=env)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"`edged {' '.join(args)}` did not exit within {timeout} s: {e.stderr!r}")
 
 
 def serve(config: Path, tmp: Path, *, endpoint: str | None = None, metrics: str = "off",
           runtime_dir: Path | None = None, control: str | None = None
           ) -> subprocess.CompletedProcess[str]:
     run = runtime_dir or tmp / "run"
-    return edged("serve", "--config", str(config), "--runtime-dir", str(run),
+    return run_edged("serve", "--config", str(config), "--runtime-dir", str(run),
                  "--endpoint", endpoint or f"tcp://127.0.0.1:{free_port()}",
                  "--control", control or f"ipc://{run}/control.sock", "--metrics", metrics)
 
@@ -83,7 +65,7 @@ def test_broken_artifacts_fail_only_their_model_with_a_reason(make_daemon: Any,
         r = c.infer("digits", tensor(0))
         assert r.ok and int(np.argmax(r.outputs["logits"])) == int(VAL["y"][0])
     # `edged check` names every broken file and fails.
-    chk = edged("check", str(cfg))
+    chk = run_edged("check", str(cfg))
     assert chk.returncode == 1, chk.stdout
     for k, p in paths.items():
         line = next(ln for ln in chk.stdout.splitlines() if f"broken-{k}/" in ln)
@@ -230,7 +212,7 @@ name = "v"
 backend = "nope"
 path = "x.onnx"
 """)
-    r = edged("check", str(cfg))
+    r = run_edged("check", str(cfg))
     assert r.returncode == 1, r.stdout
     assert "Traceback" not in r.stdout + r.stderr
     out = r.stdout.splitlines()

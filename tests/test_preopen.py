@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
 import numpy as np
+import pytest
 from support.configs import digits_config, variant
 
 from edged.backends import load

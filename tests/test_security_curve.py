@@ -29,22 +29,10 @@ import zmq
 import zmq.auth
 from support.configs import digits_config
 from support.daemons import Daemon, free_port
-from support.paths import MODELS, ROOT
+from support.digits import VAL, run_edged, tensor
+from support.paths import ROOT
 
 from edged.client import Client, ClientTimeout, build_infer
-
-VAL = np.load(MODELS / "validation.npz")
-
-
-def tensor(i: int) -> np.ndarray:
-    return (VAL["x"][i].astype(np.float32) / 255.0)[None, None]
-
-
-def edged(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("NOTIFY_SOCKET", None)
-    return subprocess.run([sys.executable, "-m", "edged", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=str(ROOT), env=env)
 
 
 class Keys:
@@ -56,10 +44,10 @@ class Keys:
         self.issued = root / "issued"  # every client key pair ever made
         self.clients_dir = root / "clients"  # the allow-list the daemon reads
         self.clients_dir.mkdir(parents=True)
-        r = edged("keys", "generate", "server", "--dir", str(self.server_dir))
+        r = run_edged("keys", "generate", "server", "--dir", str(self.server_dir))
         assert r.returncode == 0, r.stderr
         for name in ("alice", "bob", "mallory"):
-            r = edged("keys", "generate", name, "--dir", str(self.issued))
+            r = run_edged("keys", "generate", name, "--dir", str(self.issued))
             assert r.returncode == 0, r.stderr
         assert stat.S_IMODE((self.server_dir / "server.key_secret").stat().st_mode) == 0o600
 
@@ -294,7 +282,7 @@ def serve_args(config: Path, tmp: Path, *endpoints: str) -> list[str]:
 def test_network_endpoint_without_curve_refuses_to_start(tmp_path: Path, host: str) -> None:
     cfg = digits_config(tmp_path, variants=("cnn-fp32",))
     ep = f"tcp://{host}:{free_port()}"
-    r = edged(*serve_args(cfg, tmp_path, ep), timeout=60)
+    r = run_edged(*serve_args(cfg, tmp_path, ep), timeout=60)
     assert r.returncode == 1, (r.returncode, r.stderr)
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("edged: cannot start: endpoint " + ep), r.stderr
@@ -348,11 +336,9 @@ def test_a_bad_server_key_file_is_a_one_line_startup_error(tmp_path: Path, keys:
 server_secret_key = "{key}"
 clients_dir = "{keys.clients_dir}"
 """)
-    try:
-        # Fails in _bind, before any model loads: seconds even on a busy machine.
-        r = edged(*serve_args(cfg, tmp_path, f"tcp://127.0.0.1:{free_port()}"), timeout=8)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the daemon printed its error but did not exit (hangs in ctx.term())")
+    # Fails in _bind, before any model loads: seconds even on a busy machine (a daemon
+    # that printed its error but hangs in ctx.term() fails the test by the timeout).
+    r = run_edged(*serve_args(cfg, tmp_path, f"tcp://127.0.0.1:{free_port()}"), timeout=8)
     assert r.returncode == 1, r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("edged: cannot start:") and str(key) in last, r.stderr
@@ -379,7 +365,7 @@ def test_a_malformed_client_key_at_start_up_is_a_one_line_error(tmp_path: Path,
     keys.allow("alice")
     (keys.clients_dir / "broken.key").write_bytes(os.urandom(200))
     cfg = curve_config(tmp_path, keys)
-    r = edged(*serve_args(cfg, tmp_path, f"tcp://127.0.0.1:{free_port()}"), timeout=30)
+    r = run_edged(*serve_args(cfg, tmp_path, f"tcp://127.0.0.1:{free_port()}"), timeout=30)
     assert r.returncode == 1, r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("edged: cannot start:") and "broken.key" in last, r.stderr
