@@ -29,6 +29,7 @@ from edged.metrics import Metrics
 from edged.preprocess import Preprocessor
 from edged.protocol.request import Request
 from edged.streams import StreamAdmission
+from edged.thread_names import name_os_thread
 from edged.variants import LiveVariant, Loaded
 from edged.verify.verifier import Verifier
 
@@ -48,7 +49,8 @@ class Model:
         self.power_w = power_w
         self.preprocessor = Preprocessor(cfg.preprocess) if cfg.preprocess else None
         self.head = open_head(cfg, metrics, self.preprocessor)
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"edged-{cfg.name}")
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"edged-{cfg.name}",
+                                           initializer=name_os_thread)
         self._batcher = Batcher(cfg.name, cfg.max_batch_size, cfg.max_queue, cfg.max_delay_ms,
                                 self._compute, self.executor, self._on_batch,
                                 batch_window=cfg.batch_window,

@@ -19,6 +19,7 @@ from typing import Any
 from edged.bench.floor import Floors, check_single_input, cores
 from edged.bench.load import drive, request
 from edged.bench.raw import raw_ort, raw_pipeline
+from edged.bench.threads import Watch, daemon_pid, report, worker_names
 from edged.harness import machine_info
 
 
@@ -61,6 +62,14 @@ def add_parser(subparsers: Any) -> None:
                    "or KServe v2 through tritonclient (needs the kserve extra and --kserve)")
     p.add_argument("--kserve", metavar="HOST:PORT",
                    help="the daemon's [server.kserve] grpc or http address (--protocol kserve-*)")
+    p.add_argument("--threads", action="store_true",
+                   help="daemon on this host (Linux): also report CPU ms per reply by "
+                        "thread of the daemon (with --floor: and of each floor server) and "
+                        "the clients' CPU per reply, for every measured phase, from /proc")
+    p.add_argument("--control", metavar="ENDPOINT",
+                   help="with --threads: the daemon's control socket, where its PID is read "
+                        "(default: control.sock beside an ipc:// --endpoint, else as "
+                        "'edged status' finds it)")
     p.add_argument("--json", type=Path, help="write the full result here")
     p.set_defaults(func=run)
 
@@ -94,12 +103,21 @@ def run(args: argparse.Namespace) -> int:
               f"(it serves {', '.join(models) or 'nothing'})", file=sys.stderr)
         return 2
     header, frames = request(models[args.model], args)
+    args.watch = None  # with --threads: the daemon's Watch
+    if args.threads:
+        try:
+            args.watch = Watch(daemon_pid(args.endpoint, args.control), worker_names(
+                list(models)))
+        except (RuntimeError, OSError) as e:
+            print(f"edged bench: --threads: {e}", file=sys.stderr)
+            return 2
     if args.floor:
         return run_floor(args, header, frames)
     result: dict[str, Any] = {"machine": machine_info(), "args": _jsonable(vars(args)),
                               "rounds": []}
     for k in range(args.rounds):
-        rnd: dict[str, Any] = {"daemon": drive(args, header, frames, f"round {k + 1}")}
+        rnd: dict[str, Any] = {"daemon": watched(args.watch, args, header, frames,
+                                                 f"round {k + 1}")}
         if args.raw_pipeline is not None:
             rnd["raw"] = raw_pipeline(args.raw_pipeline, args.model, header, frames,
                                       args.duration)
@@ -114,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
         result["ratios"] = ratios(result["rounds"])
         print("median over rounds: " + ", ".join(f"{k} {v:.2f}" for k, v in
                                                  result["ratios"].items()))
+    if args.threads:
+        result["threads"] = report(result["rounds"], {"daemon": "daemon"})
+        print("\n".join(result["threads"]["table"]))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"wrote {args.json}")
@@ -145,6 +166,10 @@ def run_floor(args: argparse.Namespace, header: dict[str, Any], frames: list[Any
     result: dict[str, Any] = {"machine": info, "args": _jsonable(vars(args)), "rounds": []}
     one = argparse.Namespace(**{**vars(args), "clients": 1, "in_flight": 1})
     with Floors(args.raw, header, args.endpoint) as floors:
+        watches: dict[str, Watch | None] = {"daemon_b1": args.watch, "daemon_n": args.watch}
+        if args.threads:
+            watches.update(floor_b1=Watch(floors.one_thread_pid),
+                           floor_n=Watch(floors.batching_pid))
         sock = {"transport": "socket"}
         for k in range(args.rounds):
             rnd: dict[str, Any] = {}
@@ -159,7 +184,8 @@ def run_floor(args: argparse.Namespace, header: dict[str, Any], frames: list[Any
                 phases = [phases[0], phases[2], phases[1], phases[4], phases[3]]
             for key, ns, what in phases:
                 rnd[key] = (raw_ort(args.raw, args.duration, frames, header, threads=cores())
-                            if ns is None else drive(ns, header, frames, f"{tag} {what}"))
+                            if ns is None else watched(watches.get(key), ns, header, frames,
+                                                       f"{tag} {what}"))
             result["rounds"].append(rnd)
             show_floor(rnd, args.clients)
     result["ratios"] = floor_ratios(result["rounds"])
@@ -168,10 +194,26 @@ def run_floor(args: argparse.Namespace, header: dict[str, Any], frames: list[Any
           f"{' '.join(map(str, result['load_avg_end']))}:")
     for key, v in result["ratios"].items():
         print(f"  {key:<44} {v:.3f}")
+    if args.threads:
+        result["threads"] = report(result["rounds"], {
+            "daemon_b1": "daemon, 1 client", "floor_b1": "one-thread floor",
+            "daemon_n": f"daemon, {args.clients} clients", "floor_n": "batching floor"})
+        print("\n".join(result["threads"]["table"]))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"wrote {args.json}")
     return 0
+
+
+def watched(watch: Watch | None, ns: argparse.Namespace, header: dict[str, Any],
+            frames: list[Any], label: str) -> dict[str, Any]:
+    """``drive`` the clients; with a Watch, the process's CPU over the phase as ``cpu``."""
+    if watch is None:
+        return drive(ns, header, frames, label)
+    watch.start()
+    out = drive(ns, header, frames, label)
+    out["cpu"] = watch.stop()
+    return out
 
 
 def floor_ratios(rounds: list[dict[str, Any]]) -> dict[str, float]:
@@ -238,4 +280,5 @@ def show(rnd: dict[str, Any]) -> None:
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: str(v) if isinstance(v, Path) else v for k, v in d.items() if k != "func"}
+    return {k: str(v) if isinstance(v, Path) else v for k, v in d.items()
+            if k not in ("func", "watch")}

@@ -127,6 +127,8 @@ class Floors:
             self.close()
             raise RuntimeError("the floor servers did not start within 120 s") from None
         self.one_thread, self.batching = eps
+        #: their PIDs (edged bench --threads reads their threads' CPU in /proc)
+        self.one_thread_pid, self.batching_pid = (p.pid for p in self.procs)
 
     def close(self) -> None:
         for p in self.procs:

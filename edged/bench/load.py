@@ -83,7 +83,16 @@ def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
             "replies": int(lat.size),
             "ok": ok, "statuses": statuses, "variants": variants,
             "throughput": ok / elapsed if elapsed else 0.0,
+            "client_cpu": _client_cpu(parts),
             **percentiles_ms(lat)}
+
+
+def _client_cpu(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The clients' own CPU over their sending (None unless every client reported it)."""
+    if not parts or any("cpu" not in p for p in parts):
+        return None
+    return {"processes": len(parts), "user_s": sum(p["cpu"][0] for p in parts),
+            "sys_s": sum(p["cpu"][1] for p in parts)}
 
 
 def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_flight: int,
@@ -100,7 +109,7 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
     statuses: dict[str, int] = {}
     variants: dict[str, int] = {}
     n = 0
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), os.times()
     end = t0 + duration
 
     def send() -> None:
@@ -135,8 +144,10 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
             done.value += 1
         if time.monotonic() < end:
             send()
+    cpu = os.times()  # this process's CPU while it sent (edged bench --threads)
     out.put({"latencies": lat, "statuses": statuses, "variants": variants,
-             "elapsed": time.monotonic() - t0})
+             "elapsed": time.monotonic() - t0,
+             "cpu": (cpu.user - cpu0.user, cpu.system - cpu0.system)})
     s.close(0)
     ctx.term()
 

@@ -30,6 +30,7 @@ from edged.server.endpoints import send, split_envelope
 from edged.server.health import Health
 from edged.server.shm import ShmRings
 from edged.server.state import ServerState
+from edged.thread_names import name_os_thread
 
 log = logging.getLogger("edged.server")
 
@@ -45,7 +46,8 @@ class InferencePath:
         self.admission = Admission(state)
         #: sockets on endpoints other hosts can reach: no shared-memory rings there
         self.remote: set[zmq.asyncio.Socket] = set()
-        self._pre_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-pre")
+        self._pre_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-pre",
+                                            initializer=name_os_thread)
         self._decoding = 0  # requests waiting for image decode/preprocess
         self._quiet: dict[zmq.asyncio.Socket, Callable[[], bool]] = {}
 

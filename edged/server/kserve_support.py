@@ -32,6 +32,7 @@ from edged.model import Model
 from edged.protocol.request import InputMeta, Request
 from edged.server.admission import Admission, Ticket
 from edged.server.state import ServerState
+from edged.thread_names import name_os_thread
 
 log = logging.getLogger("edged.kserve")
 
@@ -72,7 +73,8 @@ class KServeCore:
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-kserve")
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-kserve",
+                                        initializer=name_os_thread)
         self._decoding = 0
         self.admission = Admission(state)
         self.m_requests = state.metrics.kserve_requests

@@ -1,0 +1,285 @@
+"""``edged bench --threads``: CPU per reply by thread of the daemon (and of the floor
+servers), read from ``/proc`` at each measured phase's start and end.
+
+Why: issue 22 asks where the serving path's CPU goes -- the event loop, the model's
+worker, ORT's intra-op pool, ZeroMQ's I/O thread -- next to the simplest servers doing
+the same work. A sampling profiler shows where a thread's time goes; this shows what
+each thread costs per reply, for every phase the bench runs, with no tool to install.
+
+What is read: ``/proc/PID/task/TID/stat`` (``utime`` and ``stime``, in clock ticks of
+``SC_CLK_TCK``) and ``.../comm`` per thread, and ``/proc/PID/stat`` for the whole process
+(which also counts threads that exited). Threads are named by their kernel name: the
+daemon gives its own pools their Python names (``edged.thread_names``); the main thread
+is the event loop; ZeroMQ names its threads ``ZMQbg/...``; ORT's intra-op threads and
+asyncio's default executor keep the process's name. Linux only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from edged.thread_names import os_name
+
+PROC = Path("/proc")
+TICK_MS = 1000.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 10.0
+
+MAIN = "main thread"
+UNNAMED = "ORT intra-op & unnamed"
+#: kernel-name prefix -> row, for the threads that name themselves
+NAMED = (("ZMQbg/IO", "ZeroMQ I/O"), ("ZMQbg/Reaper", "ZeroMQ reaper"),
+         ("edged-pre_", "decode pool"), ("edged-kserve_", "KServe pool"))
+ORDER = [MAIN, "model worker", UNNAMED, *(r for _, r in NAMED)]
+
+
+@dataclass(frozen=True)
+class Times:
+    """A process's or a thread's CPU counters at one moment (clock ticks)."""
+    comm: str
+    utime: int
+    stime: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    pid: int
+    process: Times
+    threads: dict[int, Times]
+
+
+def read_stat(path: Path) -> Times:
+    """``comm``, ``utime`` and ``stime`` from a ``stat`` file (the name is in
+    parentheses and may hold spaces or parentheses itself)."""
+    text = path.read_text()
+    head, _, rest = text.rpartition(")")
+    fields = rest.split()  # fields[0] is field 3 (state): utime is 14, stime 15
+    return Times(head.partition("(")[2], int(fields[11]), int(fields[12]))
+
+
+def snapshot(pid: int, *, process_first: bool) -> Snapshot:
+    """Every thread of ``pid`` and the process total. At a phase's start read the
+    process first and at its end last, so the process's delta covers the threads'."""
+    proc = PROC / str(pid)
+    try:
+        whole = read_stat(proc / "stat") if process_first else None
+        threads: dict[int, Times] = {}
+        for task in proc.joinpath("task").iterdir():
+            try:
+                t = read_stat(task / "stat")
+                comm = (task / "comm").read_text().rstrip("\n")
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # the thread exited while we looked
+            threads[int(task.name)] = Times(comm, t.utime, t.stime)
+        if whole is None:
+            whole = read_stat(proc / "stat")
+    except (FileNotFoundError, ProcessLookupError):
+        raise RuntimeError(f"process {pid} exited while its CPU was read") from None
+    return Snapshot(pid, whole, threads)
+
+
+def role(tid: int, comm: str, pid: int, main_comm: str, workers: dict[str, str]) -> str:
+    """The row a thread is counted in."""
+    if tid == pid:
+        return MAIN
+    if comm in workers:
+        return f"model worker {workers[comm]}"
+    for prefix, name in NAMED:
+        if comm.startswith(prefix):
+            return name
+    return UNNAMED if comm == main_comm else comm
+
+
+def worker_names(models: list[str]) -> dict[str, str]:
+    """Kernel name of each model's worker thread (``edged.model``: ``edged-<model>_0``,
+    cut to 15 bytes) -> the model(s) it may be."""
+    out: dict[str, str] = {}
+    for m in models:
+        k = os_name(f"edged-{m}_0").decode()
+        out[k] = f"{out[k]} | {m}" if k in out else m
+    return out
+
+
+def phase_cpu(start: Snapshot, end: Snapshot, workers: dict[str, str]) -> dict[str, Any]:
+    """CPU milliseconds each thread and the process used between two snapshots."""
+    main_comm = end.threads[end.pid].comm if end.pid in end.threads else end.process.comm
+    rows = []
+    for tid, e in sorted(end.threads.items()):
+        s = start.threads.get(tid)  # None: started during the phase
+        rows.append({"tid": tid, "comm": e.comm,
+                     "role": role(tid, e.comm, end.pid, main_comm, workers),
+                     "user_ms": (e.utime - (s.utime if s else 0)) * TICK_MS,
+                     "sys_ms": (e.stime - (s.stime if s else 0)) * TICK_MS})
+    p = {"user_ms": (end.process.utime - start.process.utime) * TICK_MS,
+         "sys_ms": (end.process.stime - start.process.stime) * TICK_MS}
+    attributed = sum(r["user_ms"] + r["sys_ms"] for r in rows)
+    return {"pid": end.pid, "tick_ms": TICK_MS, "threads": rows, "process": p,
+            "exited_threads": len(set(start.threads) - set(end.threads)),
+            "unattributed_ms": p["user_ms"] + p["sys_ms"] - attributed}
+
+
+class Watch:
+    """The CPU of one process over phases: ``start()`` then ``stop()`` -> phase dict."""
+
+    def __init__(self, pid: int, workers: dict[str, str] | None = None) -> None:
+        self.pid, self.workers = pid, workers or {}
+        self._start: Snapshot | None = None
+
+    def start(self) -> None:
+        self._start = snapshot(self.pid, process_first=True)
+
+    def stop(self) -> dict[str, Any]:
+        assert self._start is not None, "stop() before start()"
+        end = snapshot(self.pid, process_first=False)
+        return phase_cpu(self._start, end, self.workers)
+
+
+def summarize(phases: list[tuple[dict[str, Any], int, dict[str, Any] | None]]
+              ) -> dict[str, Any]:
+    """One column of the table from a phase's rounds, each (its ``Watch.stop()``, its
+    replies, its clients' CPU from ``drive``): milliseconds summed over the rounds and
+    divided by all their replies."""
+    replies = sum(n for _, n, _ in phases)
+    roles: dict[str, dict[str, float]] = {}
+    for cpu, _, _ in phases:
+        count: dict[str, int] = {}
+        for r in cpu["threads"]:
+            acc = roles.setdefault(r["role"], {"threads": 0, "user_ms": 0.0, "sys_ms": 0.0})
+            acc["user_ms"] += r["user_ms"]
+            acc["sys_ms"] += r["sys_ms"]
+            count[r["role"]] = count.get(r["role"], 0) + 1
+        for name, n in count.items():
+            roles[name]["threads"] = max(roles[name]["threads"], n)
+    proc = {"user_ms": sum(c["process"]["user_ms"] for c, _, _ in phases),
+            "sys_ms": sum(c["process"]["sys_ms"] for c, _, _ in phases)}
+    out: dict[str, Any] = {
+        "replies": replies, "pid": phases[-1][0]["pid"],
+        "roles": {k: {**v, **_per(v, replies)} for k, v in roles.items()},
+        "process": {**proc, **_per(proc, replies)},
+        "unattributed_ms": sum(c["unattributed_ms"] for c, _, _ in phases),
+        "exited_threads": sum(c["exited_threads"] for c, _, _ in phases),
+        "threads": len(phases[-1][0]["threads"]),
+        "resolution_ms_per_reply": TICK_MS / replies if replies else None}
+    clients = [c for _, _, c in phases if c is not None]
+    if len(clients) == len(phases):  # every round's clients reported their CPU
+        cl = {"processes": clients[-1]["processes"],
+              "user_ms": sum(c["user_s"] for c in clients) * 1000,
+              "sys_ms": sum(c["sys_s"] for c in clients) * 1000}
+        out["clients"] = {**cl, **_per(cl, replies)}
+    return out
+
+
+def _per(v: dict[str, Any], replies: int) -> dict[str, float | None]:
+    return {"user_ms_per_reply": v["user_ms"] / replies if replies else None,
+            "sys_ms_per_reply": v["sys_ms"] / replies if replies else None}
+
+
+def table(columns: dict[str, dict[str, Any]]) -> list[str]:
+    """The compact table: a row per thread role, user / sys ms per reply per column."""
+    names = list(columns)
+    seen = {r for c in columns.values() for r in c["roles"]}
+    rank = {r: k for k, r in enumerate(ORDER)}
+    roles = sorted(seen, key=lambda r: (rank.get("model worker" if r.startswith(
+        "model worker") else r, len(ORDER)), r))
+    w = max(15, *(len(n) for n in names))
+
+    def cell(v: dict[str, Any] | None) -> str:
+        if v is None or v.get("user_ms_per_reply") is None:
+            return f"{'-':>{w + 2}}"
+        return f"{v['user_ms_per_reply']:.3f} / {v['sys_ms_per_reply']:.3f}".rjust(w + 2)
+
+    def row(label: str, texts: list[str]) -> str:
+        return f"{label[:28]:<28}" + "".join(t.rjust(w + 2) for t in texts)
+
+    lines = [f"CPU ms per reply by thread: user / sys (/proc; 1 tick = {TICK_MS:g} ms)",
+             row("", names)]
+    lines += [row(r, [cell(columns[n]["roles"].get(r)) for n in names]) for r in roles]
+    lines.append(row("process total", [cell(columns[n]["process"]) for n in names]))
+    lines.append(row("clients (all processes)", [cell(columns[n].get("clients"))
+                                                 for n in names]))
+    lines.append(row("exited threads + rounding", [
+        _ms_per(columns[n]["unattributed_ms"], columns[n]["replies"]) for n in names]))
+    lines.append(row("threads / replies", [f"{columns[n]['threads']} / {columns[n]['replies']}"
+                                           for n in names]))
+    return lines
+
+
+def _ms_per(ms: float, replies: int) -> str:
+    return f"{ms / replies:.3f}" if replies else "-"
+
+
+def started_at(pid: int) -> float:
+    """When process ``pid`` started (seconds since the epoch), from ``/proc``."""
+    rest = (PROC / str(pid) / "stat").read_text().rpartition(")")[2].split()
+    btime = next(int(line.split()[1]) for line in (PROC / "stat").read_text().splitlines()
+                 if line.startswith("btime "))
+    return btime + int(rest[19]) * TICK_MS / 1000  # field 22: starttime
+
+
+def same_endpoint(client: str, bound: str) -> bool:
+    """Whether ``client`` connects to the daemon's ``bound`` endpoint (a tcp endpoint
+    bound on every address is reached through any of them)."""
+    if client == bound:
+        return True
+    if client.startswith("ipc://") and bound.startswith("ipc://"):
+        return os.path.realpath(client[6:]) == os.path.realpath(bound[6:])
+    if client.startswith("tcp://") and bound.startswith("tcp://"):
+        c, b = urlparse(client), urlparse(bound)
+        return c.port == b.port and (b.hostname in ("*", "0.0.0.0", "::", c.hostname))
+    return False
+
+
+#: how long before the daemon's state was created its process may have started (imports)
+START_SLACK_S = 300.0
+
+
+def daemon_pid(endpoint: str, control: str | None) -> int:
+    """The PID of the daemon behind ``endpoint``, from its control socket's ``status``
+    (``control``, else ``control.sock`` next to an ipc endpoint, else the one a client
+    finds by default). Raises RuntimeError when that daemon is not the one serving
+    ``endpoint`` or is not a process of this host."""
+    from edged.client.control import ControlClient, find_control
+    from edged.client.errors import EdgedClientError
+    from edged.errors import EdgedError
+
+    if control is None and endpoint.startswith("ipc://"):
+        beside = Path(endpoint[6:]).parent / "control.sock"
+        control = f"ipc://{beside}" if beside.exists() else None
+    where = find_control(control)
+    if where is None:
+        raise RuntimeError("the daemon's PID is read from its control socket: none found; "
+                           "pass --control ipc://PATH")
+    if where.startswith("ipc://") and not Path(where[6:]).exists():
+        raise RuntimeError(f"no control socket at {where[6:]}")
+    try:
+        with ControlClient(where, timeout_s=10.0) as c:
+            st = c.call("status")
+    except (EdgedError, EdgedClientError) as e:
+        raise RuntimeError(f"no status from the control socket {where}: {e}") from None
+    pid, uptime = int(st["pid"]), float(st["uptime_s"])
+    if not any(same_endpoint(endpoint, b) for b in st.get("endpoints", [])):
+        raise RuntimeError(f"the daemon on {where} serves {', '.join(st['endpoints'])}, not "
+                           f"{endpoint}; pass the --control of the daemon you bench")
+    try:
+        begun = started_at(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        raise RuntimeError(f"the daemon's PID {pid} is no process here: --threads needs the "
+                           "daemon on this host, in this PID namespace") from None
+    lag = time.time() - uptime - begun  # its state is created after the imports
+    if not -2.0 <= lag <= START_SLACK_S:
+        raise RuntimeError(f"process {pid} here started {lag:+.0f} s from the daemon's "
+                           "start: it is another process (a daemon in another PID "
+                           "namespace?); --threads needs the daemon on this host")
+    return pid
+
+
+def report(rounds: list[dict[str, Any]], columns: dict[str, str]) -> dict[str, Any]:
+    """The ``threads`` part of the bench's result: per column (a phase key of the rounds
+    -> its label) the summary over rounds, and the printed table's lines."""
+    cols = {label: summarize([(r[key]["cpu"], r[key]["replies"], r[key].get("client_cpu"))
+                              for r in rounds])
+            for key, label in columns.items() if all("cpu" in r[key] for r in rounds)}
+    return {"tick_ms": TICK_MS, "columns": cols, "table": table(cols) if cols else []}
