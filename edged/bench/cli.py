@@ -106,11 +106,14 @@ def run(args: argparse.Namespace) -> int:
     args.watch = None  # with --threads: the daemon's Watch
     if args.threads:
         try:
-            args.watch = Watch(daemon_pid(args.endpoint, args.control), worker_names(
-                list(models)))
+            pid, note = daemon_pid(args.endpoint, args.control)
         except (RuntimeError, OSError) as e:
             print(f"edged bench: --threads: {e}", file=sys.stderr)
             return 2
+        if note is not None:
+            print(f"edged bench: --threads: WARNING: {note}; reading process {pid} as you "
+                  "said (--control)", file=sys.stderr)
+        args.watch = Watch(pid, worker_names(list(models)))
     if args.floor:
         return run_floor(args, header, frames)
     result: dict[str, Any] = {"machine": machine_info(), "args": _jsonable(vars(args)),
