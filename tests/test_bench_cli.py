@@ -14,7 +14,8 @@ import pytest
 from support.daemons import Daemon
 from support.paths import MODELS, ROOT
 
-from edged.bench.threads import TICK_MS, daemon_pid, read_stat, same_endpoint
+from edged.bench.daemon_process import daemon_pid, same_endpoint
+from edged.bench.threads import TICK_MS, read_stat
 from edged.thread_names import name_os_thread
 
 linux_only = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")

@@ -16,10 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edged.bench.daemon_process import daemon_pid
 from edged.bench.floor import Floors, check_single_input, cores
 from edged.bench.load import drive, request
 from edged.bench.raw import raw_ort, raw_pipeline
-from edged.bench.threads import Watch, daemon_pid, report, worker_names
+from edged.bench.threads import Watch, report, worker_names
 from edged.harness import machine_info
 
 
