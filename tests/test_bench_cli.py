@@ -136,7 +136,8 @@ def test_edged_bench_threads_reports_cpu_per_reply_by_thread(daemon: Daemon,
     out = tmp_path / "threads.json"
     p = subprocess.run(
         [sys.executable, "-m", "edged", "bench", "--endpoint", daemon.ipc, "--model", "digits",
-         "--clients", "2", "--duration", "1.5", "--threads", "--json", str(out)],
+         "--clients", "2", "--duration", "1.5", "--threads", "--json", str(out),
+         "--input", "image", "--file", str(MODELS / "samples" / "digit7_196.png")],
         capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     r = json.loads(out.read_text())
@@ -144,6 +145,7 @@ def test_edged_bench_threads_reports_cpu_per_reply_by_thread(daemon: Daemon,
     check_threads(col, r["rounds"][0]["daemon"], clients=2)
     assert col["pid"] == daemon.pid
     assert col["roles"]["model worker digits"]["threads"] == 1  # named by the daemon
+    assert 1 <= col["roles"]["decode pool"]["threads"] <= 2  # PNGs decoded off the loop
     assert "ZeroMQ reaper" in col["roles"]
     per_thread = r["rounds"][0]["daemon"]["cpu"]["threads"]
     assert {t["comm"] for t in per_thread} >= {"edged-digits_0", "ZMQbg/IO/0"}
