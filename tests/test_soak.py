@@ -1,6 +1,7 @@
-"""A short soak in CI: scripts/ops/soak for ~30 s against a real daemon.
+"""A short soak in CI: ``edged bench soak`` for ~30 s against a real daemon.
 
-The full run is ``scripts/ops/soak`` (10 minutes by default). Here: 30 s of steady mixed
+The full run is ``edged bench soak`` or ``scripts/ops/soak`` (10 minutes by default; the
+script is the command on the checkout's config.toml). Here: 30 s of steady mixed
 load (valid, invalid, expiring and superseded stream requests from three client
 processes at 80 % of measured capacity). Every request sent must get exactly one
 reply, valid answers must be correct, and the daemon's RSS may grow at most 25 %
@@ -16,7 +17,10 @@ from pathlib import Path
 
 from support.paths import ROOT
 
-# 20 % is the figure for a machine to itself (scripts/ops/soak's default; a 10-minute run
+from edged.bench.soak_probe import highest_sustained
+from edged.bench.soak_report import summarise
+
+# 20 % is the figure for a machine to itself (``edged bench soak``'s default; a 10-minute run
 # plateaus at ~5 %). When other jobs starve the daemon of CPU, requests wait in its
 # ZeroMQ pipes (up to RCVHWM per connection) and RSS rises with them without leaking:
 # a 10-minute run at 4x CPU oversubscription peaked at 19.7 %. CI machines are shared.
@@ -26,7 +30,8 @@ RSS_GROWTH_BOUND_PCT = 25.0
 def test_short_soak_loses_nothing_and_memory_stays_flat(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     r = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "ops" / "soak"), "--duration", "30",
+        [sys.executable, "-m", "edged", "bench", "soak", "--config", str(ROOT / "config.toml"),
+         "--duration", "30",
          "--capacity-seconds", "3", "--probe-step-seconds", "1", "--warmup", "10",
          "--window", "10", "--clients", "3",
          "--max-rss-growth", str(RSS_GROWTH_BOUND_PCT), "--json", str(out)],
@@ -56,7 +61,8 @@ def test_short_soak_loses_nothing_and_memory_stays_flat(tmp_path: Path) -> None:
 
 
 def test_soak_reports_its_open_loop_probe_refusals_and_latency(tmp_path: Path) -> None:
-    """A few seconds of soak: the report carries what the soak promises (not timings)."""
+    """A few seconds of soak through the documented script: the report carries what the
+    soak promises (not timings)."""
     out = tmp_path / "soak.json"
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "ops" / "soak"), "--duration", "3",
@@ -86,3 +92,44 @@ def test_soak_reports_its_open_loop_probe_refusals_and_latency(tmp_path: Path) -
     assert rep["lost"] == 0 and rep["wrong_answers"] == 0, r.stdout
     assert rep["p50_ms"] <= rep["p99_ms"]
     assert f"refused {rep['refused_pct']} %" in r.stdout and "RSS growth" in r.stdout
+
+
+def _step(rate: float, sustained: bool) -> dict[str, object]:
+    return {"rate_rps": rate, "sustained": sustained}
+
+
+def test_capacity_is_the_last_step_held_before_two_failures() -> None:
+    """One failed step between sustained ones is noise; two in a row (or a failed last
+    step) end the ramp."""
+    ramp = [_step(100, True), _step(200, False), _step(300, True), _step(400, False),
+            _step(500, False), _step(600, True)]
+    assert highest_sustained(ramp) == 300
+    assert highest_sustained([_step(100, True), _step(200, False)]) == 100
+    assert highest_sustained([_step(100, False), _step(200, False)]) == 0.0
+    assert highest_sustained([_step(100, True), _step(200, True)]) == 200
+
+
+def _client_result(lost: int = 0, wrong: int = 0) -> dict[str, object]:
+    kinds = ("valid", "invalid", "expired", "stream")
+    sent = {k: 10 for k in kinds}
+    statuses = {"valid": {"OK": 10 - lost}, "invalid": {"INVALID_ARGUMENT": 10},
+                "expired": {"DEADLINE_EXCEEDED": 10}, "stream": {"OK": 10}}
+    return {"sent": sent, "statuses": statuses, "lost": lost,
+            "lost_ids": [f"0-{i}" for i in range(lost)], "wrong": wrong, "duplicates": 0,
+            "unknown_ids": 0, "unexpected": [], "behind_resets": 0,
+            "latency_s": [[0.001, 0.002], [0.003]]}
+
+
+def test_the_verdict_fails_a_run_that_lost_a_reply_or_grew() -> None:
+    mib = 2**20
+    args = dict(window_s=1.0, max_rss_growth=20.0, load_s=2.0,
+                rss_samples=[(0.0, 100 * mib)], alive=True, exit_code=0)
+    ok = summarise([_client_result()], rss=(100 * mib, 100 * mib, 110 * mib), **args)
+    assert ok["ok"] and ok["problems"] == [] and ok["rss_growth_pct"] == 10.0
+    assert ok["sent"] == ok["received"] == 40 and ok["p50_ms"] == 2.0
+    assert [w["n"] for w in ok["latency_windows"]] == [2, 1]
+    bad = summarise([_client_result(lost=1, wrong=2)], rss=(100 * mib, 100 * mib, 130 * mib),
+                    probe_lost=3, **args)
+    assert not bad["ok"] and bad["lost"] == 1 and bad["lost_ids_sample"] == ["0-0"]
+    assert bad["problems"] == ["1 lost replies", "3 lost replies during the capacity probe",
+                               "2 wrong answers", "RSS growth 30.0% > 20.0%"]

@@ -149,7 +149,7 @@ def measure_capacity(endpoint: str, model: str, clients: int, seconds: float,
     for p in procs:
         p.join(30)
     steps = _steps(rates, parts)
-    capacity = _highest_sustained(steps)
+    capacity = highest_sustained(steps)
     return {"upper_bound_rps": round(upper, 1), "steps": steps, "capacity_rps": capacity,
             # every step held: the daemon sustains at least this much (the soak is gentler)
             "capacity_is_lower_bound": bool(steps) and capacity == steps[-1]["rate_rps"],
@@ -180,7 +180,7 @@ def _steps(rates: list[float], parts: list[dict[str, Any]]) -> list[dict[str, An
     return steps
 
 
-def _highest_sustained(steps: list[dict[str, Any]]) -> float:
+def highest_sustained(steps: list[dict[str, Any]]) -> float:
     """The rate of the last sustained step before the load broke it: a step that failed
     and was followed by another failure (or by nothing). One failed step between
     sustained ones is taken for noise (another process's burst of CPU)."""
