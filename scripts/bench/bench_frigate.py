@@ -6,8 +6,9 @@
 Starts a daemon serving config.toml's person model with one ``[[server.frigate]]``
 endpoint (timeout_ms 200, Frigate's default request_timeout_ms). Each round runs
 ``--clients`` REQ sockets in threads for ``--seconds``: first speaking Frigate's protocol
-(``[{"shape","dtype","model_type"}, 320x320x3 uint8 RGB]`` -> 480 bytes), then edged's
-native one with the same 320x320 frame (BGR, as OpenCV gives it) and pre-encoded headers.
+through ``edged.frigate_client`` (``[{"shape","dtype","model_type"}, 320x320x3 uint8 RGB]``
+-> 480 bytes, 10 s client timeouts), then edged's native one with the same 320x320 frame
+(BGR, as OpenCV gives it) and pre-encoded headers.
 Modes alternate per round so a change in the machine's load hits both. Prints per mode
 throughput, p50/p99 reply time and replies that were all zeros (a request the daemon
 could not serve in time), then the ratio frigate/native.
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ import zmq
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from edged.frigate_protocol import ZEROS  # noqa: E402
+from edged.frigate_client import FrigateDetector  # noqa: E402
 from edged.harness import Daemon, free_port, machine_info, percentiles_ms  # noqa: E402
 
 
@@ -68,47 +70,40 @@ def photo() -> np.ndarray:
     return cv2.resize(cv2.imdecode(data, cv2.IMREAD_COLOR), (320, 320))
 
 
-def messages(bgr: np.ndarray) -> dict[str, list[bytes]]:
+def messages(bgr: np.ndarray) -> dict[str, Any]:
+    """What each mode sends: Frigate's tensor (``[1, 320, 320, 3]`` RGB, which
+    ``FrigateDetector.detect_raw`` frames) and the native request of the same frame."""
     rgb = np.ascontiguousarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)[None])
-    frigate = [json.dumps({"shape": list(rgb.shape), "dtype": "uint8",
-                           "model_type": "ssd"}).encode(), rgb.tobytes()]
     native = [json.dumps({"v": 1, "id": 1, "model": "person", "inputs": [
         {"dtype": "uint8", "shape": list(bgr.shape)}]}).encode(), bgr.tobytes()]
-    return {"frigate": frigate, "native": native}
+    return {"frigate": rgb, "native": native}
 
 
-def run_clients(endpoint: str, msg: list[bytes], mode: str, clients: int,
+def closed_loop(calls: list[Callable[[], Any]], served: Callable[[Any], bool],
                 seconds: float) -> dict[str, Any]:
+    """Each of ``calls`` in its own thread, back to back for ``seconds``, all starting
+    together: every call's reply time and how many replies ``served`` rejects."""
     lat: list[float] = []
-    zeros = 0
+    missed = 0
     lock = threading.Lock()
-    start = threading.Barrier(clients + 1)
+    start = threading.Barrier(len(calls) + 1)
     stop_at = [0.0]
 
-    def client() -> None:
-        nonlocal zeros
-        ctx = zmq.Context.instance()
-        s = ctx.socket(zmq.REQ)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.RCVTIMEO, 10000)
-        s.connect(endpoint)
+    def client(call: Callable[[], Any]) -> None:
+        nonlocal missed
         mine: list[float] = []
-        z = 0
+        m = 0
         start.wait()
         while time.perf_counter() < stop_at[0]:
             t0 = time.perf_counter()
-            s.send_multipart(msg)
-            reply = s.recv_multipart()
+            reply = call()
             mine.append(time.perf_counter() - t0)
-            failed = (reply[-1] == ZEROS if mode == "frigate"
-                      else b'"status":"OK"' not in reply[0])
-            z += failed
-        s.close()
+            m += not served(reply)
         with lock:
             lat.extend(mine)
-            zeros += z
+            missed += m
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    threads = [threading.Thread(target=client, args=(c,)) for c in calls]
     for t in threads:
         t.start()
     stop_at[0] = time.perf_counter() + seconds
@@ -117,9 +112,47 @@ def run_clients(endpoint: str, msg: list[bytes], mode: str, clients: int,
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
-    return {"requests": len(lat), "per_s": len(lat) / elapsed, "zeros_or_errors": zeros,
-            "served_per_s": (len(lat) - zeros) / elapsed,
+    return {"requests": len(lat), "missed": missed, "elapsed_s": elapsed,
             **percentiles_ms(lat, (50, 99))}
+
+
+def native_socket(endpoint: str, msg: list[bytes]) -> tuple[Callable[[], Any], Any]:
+    """A REQ socket sending the pre-encoded native request; its call and the socket."""
+    s = zmq.Context.instance().socket(zmq.REQ)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVTIMEO, 10000)
+    s.connect(endpoint)
+
+    def call() -> list[bytes]:
+        s.send_multipart(msg)
+        return s.recv_multipart()
+
+    return call, s
+
+
+def run_clients(endpoint: str, msg: Any, mode: str, clients: int,
+                seconds: float) -> dict[str, Any]:
+    """``clients`` threads on one protocol: Frigate's through ``edged.frigate_client``
+    (10 s timeouts: the endpoint's own ``timeout_ms`` decides), or the native ``msg``."""
+    if mode == "frigate":
+        dets = [FrigateDetector(endpoint, "/m/bench.onnx", "ssd", 10000)
+                for _ in range(clients)]
+        if not all(f.ready for f in dets):
+            raise SystemExit(f"bench_frigate: handshake failed: {dets[0].events.errors}")
+        r = closed_loop([lambda f=f: f.detect_raw(msg) for f in dets],
+                        lambda reply: bool(reply.any()), seconds)
+        for f in dets:
+            f.close()
+    else:
+        pairs = [native_socket(endpoint, msg) for _ in range(clients)]
+        r = closed_loop([call for call, _ in pairs],
+                        lambda reply: b'"status":"OK"' in reply[0], seconds)
+        for _, sock in pairs:
+            sock.close()
+    return {"requests": r["requests"], "per_s": r["requests"] / r["elapsed_s"],
+            "zeros_or_errors": r["missed"],
+            "served_per_s": (r["requests"] - r["missed"]) / r["elapsed_s"],
+            "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
 
 
 def plugin_config(tmp: Path, ports: tuple[int, int], timeout_ms: float) -> Path:
@@ -150,56 +183,24 @@ def wait_for_rung(d: Daemon, endpoint: str, timeout_s: float = 900.0) -> dict[st
 def plugin_clients(endpoint: str, tensor: np.ndarray, clients: int, seconds: float
                    ) -> dict[str, Any]:
     """``clients`` FrigateDetector processes' worth of threads calling detect_raw."""
-    from edged.frigate_client import FrigateDetector
-
     model = ROOT / "models" / "person" / "ssdlite-fp32.onnx"
     dets = [FrigateDetector(endpoint, model, "ssd", 200) for _ in range(clients)]
-    lat: list[float] = []
-    found = zeros = 0
-    lock = threading.Lock()
-    start = threading.Barrier(clients + 1)
-    end = [0.0]
-
-    def client(f: Any) -> None:
-        nonlocal found, zeros
-        mine, hit, z = [], 0, 0
-        start.wait()
-        while time.perf_counter() < end[0]:
-            t0 = time.perf_counter()
-            r = f.detect_raw(tensor)
-            mine.append(time.perf_counter() - t0)
-            if r[0, 1] > 0:
-                hit += 1
-            else:
-                z += 1
-        with lock:
-            lat.extend(mine)
-            found += hit
-            zeros += z
-
-    threads = [threading.Thread(target=client, args=(f,)) for f in dets]
-    for t in threads:
-        t.start()
-    end[0] = time.perf_counter() + seconds
-    t0 = time.perf_counter()
-    start.wait()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
+    r = closed_loop([lambda f=f: f.detect_raw(tensor) for f in dets],
+                    lambda reply: bool(reply[0, 1] > 0), seconds)
     resets = sum(f.events.resets for f in dets)
     not_ready = sum(not f.ready for f in dets)
     for f in dets:
         f.close()
-    return {"clients": clients, "detections_per_s": found / elapsed, "zeros": zeros,
-            "replies": len(lat), "resets": resets, "not_ready_at_end": not_ready,
-            **percentiles_ms(lat, (50, 99))}
+    return {"clients": clients,
+            "detections_per_s": (r["requests"] - r["missed"]) / r["elapsed_s"],
+            "zeros": r["missed"], "replies": r["requests"], "resets": resets,
+            "not_ready_at_end": not_ready, "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
 
 
 def plugin_main(args: argparse.Namespace) -> int:
-    from edged.frigate_client import FrigateDetector
-
     counts = [int(c) for c in str(args.clients).split(",")]
-    rgb = np.ascontiguousarray(cv2.cvtColor(photo(), cv2.COLOR_BGR2RGB)[None])
+    msgs = messages(photo())
+    rgb = msgs["frigate"]
     model = ROOT / "models" / "person" / "ssdlite-fp32.onnx"
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-frigate-plugin-") as tmp_s:
@@ -224,7 +225,6 @@ def plugin_main(args: argparse.Namespace) -> int:
                                    "to_first_detection_s": time.perf_counter() - t0,
                                    "first_found": bool(first[0, 1] > 0)}
             f.close()
-            msgs = messages(photo())
             for n in counts:
                 plugin_clients(sent, rgb, n, 1.0)  # warm up
                 res = plugin_clients(sent, rgb, n, args.seconds)
