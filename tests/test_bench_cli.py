@@ -214,3 +214,12 @@ def test_a_pool_thread_takes_its_python_name_in_the_kernel() -> None:
         assert pool.submit(comm).result() == "edged-a-long-mo"  # 15 bytes, as Linux keeps
     with ThreadPoolExecutor(1, thread_name_prefix="edged-pre") as pool:
         assert pool.submit(comm).result() != "edged-pre_0"  # not named without it
+
+
+def test_edged_bench_needs_a_model_unless_it_soaks() -> None:
+    p = subprocess.run([sys.executable, "-m", "edged", "bench", "--duration", "1"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 2 and "--model is required" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "edged", "bench", "soak", "--help"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 0 and "--max-rss-growth" in p.stdout
