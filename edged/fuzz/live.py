@@ -36,6 +36,7 @@ from edged.fuzz.messages import (
     dumps,
     valid_header,
 )
+from edged.harness_config import model_table, variant, write_config
 
 # -- lanes --------------------------------------------------------------------------------
 
@@ -353,32 +354,13 @@ def run_fuzz(tcp: str, ipc: str, pid: int, messages: int, seed: int = 0, lanes: 
 
 def fuzz_config(tmp: Path) -> Path:
     """The shipped digits model (fp32, one thread) with a 1 MiB message limit."""
-    p = tmp / "edged.toml"
-    p.write_text(f"""[server]
-drain_timeout_s = 5.0
-{FUZZ_LIMITS}
-[metrics]
-listen = "off"
-
-[[models]]
-name = "digits"
-required = true
-max_batch_size = 8
-max_queue = 512
-[models.preprocess]
-color = "gray"
-width = 28
-height = 28
-layout = "NCHW"
-
-[[models.variants]]
-name = "cnn-fp32"
-backend = "onnxruntime"
-path = "{MODELS / 'cnn-fp32.onnx'}"
-[models.variants.options]
-threads = 1
-""")
-    return p
+    digits = model_table("digits", [variant("cnn-fp32", MODELS / "cnn-fp32.onnx",
+                                            options={"threads": 1})],
+                         required=True, max_batch_size=8, max_queue=512,
+                         preprocess={"color": "gray", "width": 28, "height": 28,
+                                     "layout": "NCHW"})
+    return write_config(tmp / "edged.toml", server="drain_timeout_s = 5.0\n" + FUZZ_LIMITS,
+                        models=[digits])
 
 
 def env_seed(default: int = 1234) -> int:

@@ -50,7 +50,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from edged import harness_config  # noqa: E402
 from edged.harness import Daemon  # noqa: E402
+from edged.harness_config import model_table, variant  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench-models"
 QUIET = 0.3
@@ -66,13 +68,13 @@ class Setting:
     inline_ms: float = 0.0
     threads: int = 0  # ORT intra-op threads; 0: the default (one per physical core)
 
-    def toml(self) -> tuple[str, str]:
-        """(model-level keys, variant option keys)."""
-        model = f"batch_window = {self.window}\n" if self.window else ""
-        model += f"inline_max_ms = {self.inline_ms}\n" if self.inline_ms else ""
-        opts = "" if self.spinning is None else f"allow_spinning = {str(self.spinning).lower()}\n"
-        opts += f"threads = {self.threads}\n" if self.threads else ""
-        return model, opts
+    def model_keys(self) -> dict[str, Any]:
+        """The ``[[models]]`` keys this setting sets (``None``: the daemon's default)."""
+        return {"batch_window": self.window or None, "inline_max_ms": self.inline_ms or None}
+
+    def options(self) -> dict[str, Any]:
+        """The variant's ``[models.variants.options]``."""
+        return {"allow_spinning": self.spinning, "threads": self.threads or None}
 
 
 DEFAULT = Setting("default")
@@ -97,7 +99,7 @@ class Row:
     note: str = ""
 
 
-def preprocess_toml(model: Path) -> str:
+def preprocess_table(model: Path) -> dict[str, Any]:
     """[models.preprocess] for the model's image input (ImageNet for 3 channels)."""
     import onnxruntime as ort
 
@@ -105,30 +107,16 @@ def preprocess_toml(model: Path) -> str:
                                  ).get_inputs()[0].shape
     c, h, w = shape[1], shape[2], shape[3]
     if c == 1:
-        return f'[models.preprocess]\ncolor = "gray"\nwidth = {w}\nheight = {h}\n'
-    return (f'[models.preprocess]\ncolor = "rgb"\nwidth = {w}\nheight = {h}\n'
-            "mean = [0.485, 0.456, 0.406]\nstd = [0.229, 0.224, 0.225]\n")
+        return {"color": "gray", "width": w, "height": h}
+    return {"color": "rgb", "width": w, "height": h, "mean": [0.485, 0.456, 0.406],
+            "std": [0.229, 0.224, 0.225]}
 
 
 def write_config(path: Path, model: Path, s: Setting, camera: bool) -> Path:
-    model_keys, opts = s.toml()
-    path.write_text(f"""[metrics]
-listen = "off"
-
-[[models]]
-name = "m"
-required = true
-max_batch_size = 8
-max_queue = 256
-{model_keys}
-{preprocess_toml(model) if camera else ""}
-[[models.variants]]
-name = "v"
-backend = "onnxruntime"
-path = "{model}"
-[models.variants.options]
-{opts}""")
-    return path
+    m = model_table("m", [variant("v", model, options=s.options())], required=True,
+                    max_batch_size=8, max_queue=256, **s.model_keys(),
+                    preprocess=preprocess_table(model) if camera else None)
+    return harness_config.write_config(path, models=[m])
 
 
 def bench(d: Daemon, args: list[str], out: Path) -> dict[str, Any]:

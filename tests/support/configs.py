@@ -1,9 +1,10 @@
 """Daemon configs for tests: model and variant tables written from Python values.
 
 Why: a ``[[models]]`` table written out by hand in every test hides the one or two keys
-the test is about among a dozen it is not. ``model_table`` and ``variant`` write the
-boilerplate (ONNX Runtime, one thread); ``config`` puts tables into a file with metrics
-off. Tests that are *about* the TOML text (config errors) keep it literal.
+the test is about among a dozen it is not. The TOML is built by the package's one
+builder (``edged.harness_config``); here are the tests' defaults on top of it:
+``variant`` gives ONNX Runtime one thread, ``config`` writes into a test's ``tmp`` with
+metrics off. Tests that are *about* the TOML text (config errors) keep it literal.
 
     cfg = config(tmp_path, models=[
         model_table("slow", [variant("loop", path)], max_batch_size=1, max_queue=4)])
@@ -11,8 +12,6 @@ off. Tests that are *about* the TOML text (config errors) keep it literal.
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,35 +20,17 @@ from typing import Any
 from support.paths import MODELS, ROOT
 from support.slow_model import make_slow_model
 
+from edged import harness_config
+from edged.harness_config import model_table, toml_value
+
+__all__ = ["DIGITS_PREPROCESS", "DIGITS_VARIANTS", "config", "digits_config",
+           "digits_variants", "model_table", "one_variant_model", "person_config",
+           "slow_config", "slow_table", "toml_value", "variant"]
+
 #: The digits model's input as the shipped config reads it.
 DIGITS_PREPROCESS: dict[str, Any] = {"color": "gray", "width": 28, "height": 28,
                                      "layout": "NCHW"}
 DIGITS_VARIANTS = ("cnn-fp32", "cnn-int8", "small-fp32")
-
-
-def toml_value(v: Any) -> str:
-    """One TOML value: strings, booleans, numbers, paths and (nested) lists."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise ValueError(f"TOML has no {v}")
-        return repr(v)
-    if isinstance(v, (str, Path)):
-        return json.dumps(str(v))  # a JSON string is a TOML basic string
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    raise TypeError(f"no TOML for {type(v).__name__}: {v!r}")
-
-
-def _keys(fields: Mapping[str, Any]) -> str:
-    return "".join(f"{k} = {toml_value(v)}\n" for k, v in fields.items() if v is not None)
-
-
-def _table(header: str, fields: Mapping[str, Any] | None) -> str:
-    return f"[{header}]\n{_keys(fields)}" if fields is not None else ""
 
 
 def variant(name: str, path: str | Path = "unused", *, backend: str = "onnxruntime",
@@ -58,29 +39,14 @@ def variant(name: str, path: str | Path = "unused", *, backend: str = "onnxrunti
     ``options`` says otherwise (a test machine's cores are shared)."""
     if options is None and backend == "onnxruntime":
         options = {"threads": 1}
-    head = {"name": name, "backend": backend, "path": path, **fields}
-    return f"[[models.variants]]\n{_keys(head)}{_table('models.variants.options', options)}"
-
-
-def model_table(name: str, variants: Sequence[str], *,
-                preprocess: Mapping[str, Any] | None = None,
-                postprocess: Mapping[str, Any] | None = None, extra: str = "",
-                **fields: Any) -> str:
-    """A ``[[models]]`` table: ``fields`` as its keys (``None`` leaves a key out),
-    ``extra`` as literal TOML after them, then its preprocess, postprocess and variants
-    (tables from :func:`variant`)."""
-    head = f"[[models]]\nname = {toml_value(name)}\n{_keys(fields)}{extra}\n"
-    return (head + _table("models.preprocess", preprocess)
-            + _table("models.postprocess", postprocess) + "".join(variants))
+    return harness_config.variant(name, path, backend=backend, options=options, **fields)
 
 
 def config(tmp: Path, *, models: Sequence[str], server: str = "", governor: str = "",
            metrics: str = 'listen = "off"', name: str = "edged.toml") -> Path:
     """Write a config of ``models`` tables (plus literal server/governor TOML) into ``tmp``."""
-    text = f"[server]\n{server}\n[metrics]\n{metrics}\n\n" + "\n".join(models) + f"\n{governor}\n"
-    p = tmp / name
-    p.write_text(text)
-    return p
+    return harness_config.write_config(tmp / name, models=models, server=server,
+                                       governor=governor, metrics=metrics)
 
 
 def digits_variants(names: Sequence[str] = DIGITS_VARIANTS) -> list[str]:
