@@ -32,11 +32,12 @@ from support.configs import (  # noqa: E402
     person_config,
     slow_table,
 )
-from support.daemons import Daemon, free_port, metric, metrics  # noqa: E402
+from support.daemons import Daemon, free_port, metric, metrics, received  # noqa: E402
 from support.faults import make_batch_collapsing_model  # noqa: E402
 from support.paths import MODELS  # noqa: E402
 from support.person import TRUE_BOX, iou, photo  # noqa: E402
 from support.slow_model import BASE_TRIP, BUSY, make_slow_model  # noqa: E402
+from support.waits import wait_computing, wait_until  # noqa: E402
 from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
@@ -113,6 +114,12 @@ def native(d: Daemon, model: str, x: Any, **kw: Any) -> Any:
 def collect(done: list[Any]) -> Any:
     """An ``async_infer`` callback that keeps (result, error)."""
     return lambda result, error: done.append((result, error))
+
+
+def queue_depth(d: Daemon, model: str) -> int:
+    """Requests waiting in ``model``'s queue (not the one computing)."""
+    return int(next(m["queue_depth"] for m in d.ctl({"op": "models"})["models"]
+                    if m["name"] == model))
 
 
 def grpc_error(fn: Any) -> tuple[str, str]:
@@ -272,13 +279,13 @@ def test_kserve_and_native_requests_batch_together(kd: Any) -> None:
         for i in range(4):
             c.async_infer("slow", [ginput(x, "x")], callback=collect(done),
                           request_id=f"k{i}")
-        while len(done) < 4:
-            time.sleep(0.01)
+        wait_until(lambda: len(done) == 4, 60, "4 KServe replies")
         replies["kserve"] = done
 
     with kd.client(timeout_s=60) as c:
+        since = received(kd)
         c.send(*build_infer("slow", np.full((1, 64), BUSY, np.float32), id="busy"))
-        time.sleep(0.1)  # the busy request is computing
+        wait_computing(kd, "slow", since)
         t = threading.Thread(target=grpc_side)
         t.start()
         for i in range(4):
@@ -374,16 +381,17 @@ def test_a_full_queue_is_resource_exhausted(kd: Any) -> None:
     quick = np.zeros((1, 64), np.float32)
     c = gclient(kd)
     done: list[Any] = []
-    for i, x in enumerate((busy, quick)):
-        c.async_infer("slow1", [ginput(x, "x")], callback=collect(done), request_id=f"q{i}")
-        time.sleep(0.05)
+    since = received(kd)
+    c.async_infer("slow1", [ginput(busy, "x")], callback=collect(done), request_id="q0")
+    wait_computing(kd, "slow1", since)
+    c.async_infer("slow1", [ginput(quick, "x")], callback=collect(done), request_id="q1")
+    wait_until(lambda: queue_depth(kd, "slow1") == 1, 10, "q1 queued behind q0")
     status, msg = grpc_error(lambda: c.infer("slow1", [ginput(quick, "x")]))
     assert status == "StatusCode.RESOURCE_EXHAUSTED" and "queue of model 'slow1' is full" in msg
     with pytest.raises(InferenceServerException) as e:
         hclient(kd).infer("slow1", [hinput(quick, "x")])
     assert e.value.status() == "429"
-    while len(done) < 2:
-        time.sleep(0.05)
+    wait_until(lambda: len(done) == 2, 60, "q0 and q1 answered")
     assert [e for _, e in done] == [None, None]
 
 
@@ -391,8 +399,9 @@ def test_a_request_that_would_miss_its_timeout_is_deadline_exceeded(kd: Any) -> 
     """Triton's ``timeout`` parameter (µs) becomes edged's deadline: never computed."""
     x = np.zeros((1, 64), np.float32)
     with kd.client(timeout_s=60) as c:
+        since = received(kd)
         c.send(*build_infer("slow1", np.full((1, 64), BUSY, np.float32), id="busy"))
-        time.sleep(0.1)
+        wait_computing(kd, "slow1", since)
         status, msg = grpc_error(lambda: gclient(kd).infer("slow1", [ginput(x, "x")],
                                                            timeout=50_000))
         assert status == "StatusCode.DEADLINE_EXCEEDED" and "not computed" in msg
@@ -470,14 +479,14 @@ def test_a_drain_answers_kserve_requests_in_flight(tmp_path: Path) -> None:
     cfg = digits_config(tmp_path, variants=("cnn-fp32",),
                         server=f'drain_timeout_s = 30\n[server.kserve]\ngrpc = "127.0.0.1:{g}"\n',
                         extra_models=slow_block(slow, "slow", 8, 64))
-    d = Daemon(cfg, tmp_path)
+    d = Daemon(cfg, tmp_path, metrics=True)
     c = tg.InferenceServerClient(f"127.0.0.1:{g}")
     done: list[Any] = []
     busy = np.full((1, 64), BUSY, np.float32)
     for i in range(3):
         c.async_infer("slow", [ginput(busy if i == 0 else busy[:, :] * 0, "x")],
                       callback=collect(done), request_id=str(i))
-    time.sleep(0.3)
+    wait_until(lambda: received(d) == 3, 30, "the daemon holding all 3 requests")
     d.signal(signal.SIGTERM)
     assert d.proc.wait(60) == 0
     assert len(done) == 3 and all(e is None for _, e in done), done
@@ -507,17 +516,17 @@ def test_a_stream_parameter_keeps_the_freshest_frame(kd: Any) -> None:
     x = np.zeros((1, 64), np.float32)
     c = gclient(kd)
     with kd.client(timeout_s=60) as n:
+        since = received(kd)
         n.send(*build_infer("slow", np.full((1, 64), BUSY / 2, np.float32), id="busy"))
-        time.sleep(0.1)
+        wait_computing(kd, "slow", since)
         done: list[Any] = []
         c.async_infer("slow", [ginput(x, "x")], callback=collect(done), request_id="old",
                       parameters={"stream": "cam-1"})
-        time.sleep(0.1)
+        wait_until(lambda: queue_depth(kd, "slow") == 1, 10, "the old frame waiting")
         r = c.infer("slow", [ginput(x, "x")], request_id="new", parameters={"stream": "cam-1"})
         assert r.get_response().id == "new"
         assert n.recv(60).ok
-    while not done:
-        time.sleep(0.01)
+    wait_until(lambda: bool(done), 60, "the old frame answered")
     err = done[0][1]
     assert err is not None and err.status() == "StatusCode.ABORTED", done
     assert "superseded by a newer frame" in err.message()

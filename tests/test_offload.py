@@ -3,9 +3,6 @@ loopback stands in for the bigger machine (same model files, so answers must agr
 
 from __future__ import annotations
 
-import time
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +12,11 @@ import pytest
 pytest.importorskip("tritonclient.grpc", reason="the kserve extra is not installed "
                     "(pip install 'edged[kserve]')")
 from support.configs import digits_config, slow_table
-from support.daemons import Daemon, free_port, metric
+from support.daemons import Daemon, free_port, metric, metrics, received
 from support.paths import MODELS
 from support.slow_model import BASE_TRIP, BUSY, make_slow_model
 from support.sysfs import make_thermal_zone
+from support.waits import wait_computing, wait_until
 
 from edged.client import build_infer
 
@@ -31,15 +29,6 @@ enter_c = 80.0
 exit_c = 75.0
 offload = ["digits"]
 """
-
-
-def wait_for(pred: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def remote_daemon(tmp: Path, scheme: str) -> tuple[Daemon, str]:
@@ -68,12 +57,8 @@ def local_daemon(tmp: Path, url: str) -> Daemon:
     return Daemon(cfg, tmp, metrics=True)
 
 
-def scrape(d: Daemon) -> str:
-    return urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics").read().decode()
-
-
 def offloaded(d: Daemon, outcome: str, model: str = "digits") -> float:
-    return metric(scrape(d), "edged_offload_requests_total", model=model, outcome=outcome)
+    return metric(metrics(d), "edged_offload_requests_total", model=model, outcome=outcome)
 
 
 def up(d: Daemon) -> dict[str, bool]:
@@ -93,17 +78,18 @@ def test_a_hot_level_offloads_and_a_dead_remote_falls_back(pair: Any) -> None:
     local, remote = pair
     with local.client(timeout_s=30) as c:
         want = c.infer("digits", X).outputs["logits"]
-    wait_for(lambda: up(local) == {"digits": True, "slow": True}, what="remote healthy")
+    wait_until(lambda: up(local) == {"digits": True, "slow": True}, 15, what="remote healthy")
     models = local.ctl({"op": "status"})["offload"]["models"]
     assert models["digits"] == {"remote_model": "digits", "counts_as": "cnn-fp32"}
     assert local.ctl({"op": "level", "level": "hot"})["status"] == "OK"
-    wait_for(lambda: local.ctl({"op": "status"})["governor"]["level"] == "hot", what="hot")
+    wait_until(lambda: local.ctl({"op": "status"})["governor"]["level"] == "hot", 15,
+               what="hot")
     with local.client(timeout_s=30) as c:
         r = c.infer("digits", X)
         assert r.header["variant"] == "remote:digits", r.header
         np.testing.assert_allclose(r.outputs["logits"], want, rtol=1e-5, atol=1e-5)
         assert c.infer("slow", np.zeros((1, 64), np.float32)).header["variant"] == "loop"
-    text = scrape(local)
+    text = metrics(local)
     assert metric(text, "edged_offload_requests_total", model="digits", reason="governor",
                   outcome="remote") == 1
     assert metric(text, "edged_offload_remote_duration_seconds_count", model="digits") == 1
@@ -116,28 +102,29 @@ def test_a_hot_level_offloads_and_a_dead_remote_falls_back(pair: Any) -> None:
         r = c.infer("digits", X)
         assert r.ok and r.header["variant"] == "cnn-fp32", r.header
         np.testing.assert_allclose(r.outputs["logits"], want, rtol=1e-5, atol=1e-5)
-        wait_for(lambda: up(local)["digits"] is False, what="remote marked down")
+        wait_until(lambda: up(local)["digits"] is False, 15, what="remote marked down")
         tried = offloaded(local, "fallen_back")
         for _ in range(3):
             assert c.infer("digits", X).header["variant"] == "cnn-fp32"
     assert offloaded(local, "fallen_back") == tried <= 1
-    assert metric(scrape(local), "edged_offload_remote_up", model="digits") == 0
+    assert metric(metrics(local), "edged_offload_remote_up", model="digits") == 0
     assert local.ctl({"op": "level", "level": "auto"})["status"] == "OK"
 
 
 def test_a_request_that_would_miss_its_deadline_here_goes_to_the_remote(pair: Any) -> None:
     local, _ = pair
     busy = np.full((1, 64), BUSY, np.float32)
-    wait_for(lambda: up(local)["slow"], what="remote healthy")
+    wait_until(lambda: up(local)["slow"], 15, what="remote healthy")
     with local.client(timeout_s=60) as c:
         assert c.infer("slow", busy).header["variant"] == "loop"  # teaches the EWMA
+        since = received(local)
         c.send(*build_infer("slow", busy, id="busy"))
-        time.sleep(0.05)
+        wait_computing(local, "slow", since)
         r = c.infer("slow", np.zeros((1, 64), np.float32), timeout_ms=400)
         assert r.ok and r.header["variant"] == "remote:slow", r.header
         # Without a deadline it waits its turn here.
         c.send(*build_infer("slow", np.zeros((1, 64), np.float32), id="patient"))
         got = {c.recv(60).header["id"]: None for _ in range(2)}
         assert set(got) == {"busy", "patient"}
-    assert metric(scrape(local), "edged_offload_requests_total", model="slow",
+    assert metric(metrics(local), "edged_offload_requests_total", model="slow",
                   reason="deadline", outcome="remote") == 1
