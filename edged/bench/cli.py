@@ -1,6 +1,8 @@
 """``edged bench``: drive a running daemon and, with ``--raw``, compare it with the same
 model run in process by ONNX Runtime (default session options, as a user would);
-``edged bench soak`` starts a daemon of its own and holds it under mixed load (``soak``).
+``edged bench soak`` starts a daemon of its own and holds it under mixed load (``soak``);
+``edged bench footprint`` starts one to time its start and measure its idle CPU and
+memory (``footprint``).
 
 Why in the package: an operator measures *their* device with *their* model without
 the repository's scripts; the figures are the ones the docs report (throughput, p50,
@@ -17,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edged.bench import footprint
 from edged.bench.daemon_process import daemon_pid
 from edged.bench.floor import Floors, check_single_input, cores
 from edged.bench.load import drive, request
@@ -31,7 +34,8 @@ def add_parser(subparsers: Any) -> None:
         "bench", help="load a running daemon and report throughput and latency",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", default="tcp://127.0.0.1:5555")
-    p.add_argument("--model", help="the model to load (required)")
+    p.add_argument("--model", help="the model to load (required unless a subcommand is "
+                   "given)")
     p.add_argument("--clients", type=int, default=None,
                    help="client processes (default 1; with --floor: 8, for the throughput "
                         "phase)")
@@ -75,15 +79,18 @@ def add_parser(subparsers: Any) -> None:
                         "'edged status' finds it)")
     p.add_argument("--json", type=Path, help="write the full result here")
     p.set_defaults(func=run)
-    add_soak(p.add_subparsers(dest="bench_cmd", metavar="soak", required=False))
+    # Subcommands that start a daemon of their own instead of loading a running one.
+    sub = p.add_subparsers(dest="bench_cmd", metavar="{soak,footprint}", required=False)
+    add_soak(sub)
+    footprint.add_parser(sub)
 
 
 def run(args: argparse.Namespace) -> int:
     from edged.client import Client
 
     if args.model is None:
-        print("edged bench: --model is required (or `edged bench soak`, which starts its "
-              "own daemon)", file=sys.stderr)
+        print("edged bench: --model is required (or `edged bench soak` or `edged bench "
+              "footprint`, which start a daemon of their own)", file=sys.stderr)
         return 2
     if args.input != "random" and args.file is None:
         print(f"edged bench: --input {args.input} needs --file", file=sys.stderr)

@@ -17,11 +17,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from support.paths import MODELS, ROOT
-from support.slow_model import make_slow_model
-
 from edged import harness_config
 from edged.harness_config import model_table, toml_value
+from support.paths import MODELS, ROOT
+from support.slow_model import make_slow_model
 
 __all__ = ["DIGITS_PREPROCESS", "DIGITS_VARIANTS", "config", "digits_config",
            "digits_variants", "model_table", "one_variant_model", "person_config",
