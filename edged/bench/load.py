@@ -39,18 +39,27 @@ def request(model: dict[str, Any], args: argparse.Namespace) -> tuple[dict[str, 
 
 
 def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
-          label: str) -> dict[str, Any]:
-    """N client processes, K in flight each, for ``duration``; progress once a second."""
+          label: str, *, stop: Any = None, trace: bool = False,
+          cycle: list[list[Any]] | None = None) -> dict[str, Any]:
+    """N client processes, K in flight each, for ``duration``; progress once a second.
+
+    For a benchmark that reads every reply (``bench_governor``): ``stop``, an ``Event``
+    of the ``spawn`` context, ends the run early; ``cycle`` sends these frame lists in
+    turn instead of ``frames`` (same header); ``trace`` adds each client's replies as
+    columns (see ``_Trace``) under ``"traces"``. Native socket clients only."""
     ctx = mp.get_context("spawn")
     done = ctx.Value("l", 0)
     out = ctx.Queue()
     blobs = [bytes(f) for f in frames]
     transport = getattr(args, "transport", "socket")
     protocol = getattr(args, "protocol", "native")
+    if (trace or cycle or stop is not None) and (protocol, transport) != ("native", "socket"):
+        raise ValueError("stop, trace and cycle are for native socket clients")
     if protocol == "native":
         target: Any = _client
         targs: tuple[Any, ...] = (args.endpoint, header, blobs, args.in_flight, args.duration,
-                                  done, out, transport)
+                                  done, out, transport, stop, trace,
+                                  [[bytes(f) for f in fs] for fs in cycle or []])
     else:
         from edged.kserve.bench_client import run_client
 
@@ -84,7 +93,38 @@ def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
             "ok": ok, "statuses": statuses, "variants": variants,
             "throughput": ok / elapsed if elapsed else 0.0,
             "client_cpu": _client_cpu(parts),
-            **percentiles_ms(lat)}
+            **percentiles_ms(lat), **({"traces": [p["trace"] for p in parts]} if trace else {})}
+
+
+class _Trace:
+    """One client's replies as columns: wall-clock send and receive time, status,
+    variant, the reply's ``timing`` (batch, queue_us, compute_us), which ``cycle`` item
+    was sent, the argmax of the first output (a classifier's answer; -1 without
+    outputs) and the error text; a request never answered is a ``TIMEOUT``."""
+
+    COLUMNS = ("send", "recv", "status", "variant", "batch", "queue_us", "compute_us",
+               "item", "top", "error")
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[Any]] = {c: [] for c in self.COLUMNS}
+        self.sent: dict[int, tuple[float, int]] = {}
+
+    def reply(self, rid: int, h: dict[str, Any], frames: list[bytes]) -> None:
+        t_send, item = self.sent.pop(rid, (float("nan"), -1))
+        t = h.get("timing") or {}
+        outs = h.get("outputs") or []
+        top = (int(np.argmax(np.frombuffer(frames[1], dtype=outs[0]["dtype"])))
+               if outs and len(frames) > 1 else -1)
+        for c, v in zip(self.COLUMNS, (t_send, time.time(), h.get("status", "?"),
+                                       str(h.get("variant", "")), int(t.get("batch", 0)),
+                                       int(t.get("queue_us", 0)), int(t.get("compute_us", 0)),
+                                       item, top, str(h.get("error") or "")), strict=True):
+            self.cols[c].append(v)
+
+    def lost(self) -> dict[str, list[Any]]:
+        for rid in list(self.sent):
+            self.reply(rid, {"status": "TIMEOUT", "error": "no reply in 10 s"}, [])
+        return self.cols
 
 
 def _client_cpu(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -96,7 +136,9 @@ def _client_cpu(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_flight: int,
-            duration: float, done: Any, out: Any, transport: str = "socket") -> None:
+            duration: float, done: Any, out: Any, transport: str = "socket",
+            stop: Any = None, trace: bool = False, cycle: list[list[bytes]] | None = None
+            ) -> None:
     import zmq
 
     ctx = zmq.Context()
@@ -108,6 +150,7 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
     lat: list[float] = []
     statuses: dict[str, int] = {}
     variants: dict[str, int] = {}
+    tr = _Trace() if trace else None
     n = 0
     t0, cpu0 = time.monotonic(), os.times()
     end = t0 + duration
@@ -120,7 +163,10 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
             s.send_multipart(shm.message(n), copy=False)
             return
         h = json.dumps({"v": 1, **header, "id": n}).encode()
-        s.send_multipart([h, *frames], copy=False)
+        item = n % len(cycle) if cycle else 0
+        if tr is not None:
+            tr.sent[n] = (time.time(), item)
+        s.send_multipart([h, *(cycle[item] if cycle else frames)], copy=False)
 
     for _ in range(in_flight):
         send()
@@ -140,14 +186,17 @@ def _client(endpoint: str, header: dict[str, Any], frames: list[bytes], in_fligh
         statuses[h.get("status", "?")] = statuses.get(h.get("status", "?"), 0) + 1
         if "variant" in h:
             variants[h["variant"]] = variants.get(h["variant"], 0) + 1
+        if tr is not None:
+            tr.reply(rid, h, reply)
         with done.get_lock():
             done.value += 1
-        if time.monotonic() < end:
+        if time.monotonic() < end and not (stop is not None and stop.is_set()):
             send()
     cpu = os.times()  # this process's CPU while it sent (edged bench --threads)
     out.put({"latencies": lat, "statuses": statuses, "variants": variants,
              "elapsed": time.monotonic() - t0,
-             "cpu": (cpu.user - cpu0.user, cpu.system - cpu0.system)})
+             "cpu": (cpu.user - cpu0.user, cpu.system - cpu0.system),
+             **({"trace": tr.lost()} if tr is not None else {})})
     s.close(0)
     ctx.term()
 

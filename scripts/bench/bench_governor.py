@@ -14,11 +14,13 @@ default) and levels mirroring ``levels = "auto"`` without a trip point:
 * ``rung2``: enter 150 C (never reached by the ramp), 2 ladder steps and no batch cap:
   only pinned, to measure the last rung's raw throughput.
 
-4 client processes (``spawn``, each its own ZeroMQ context, ipc endpoint) send one
-1x1x28x28 float32 digit at a time back to back, recording send/recv time, status,
-variant and the reply's timing. The temperature ramps linearly from --low to --high and
-back (--rate C/s, a write every --step-s) --cycles times. Then each level is pinned with
-``ctl level`` for --pin-s seconds to measure throughput per rung.
+4 client processes (``edged bench``'s load generator, ``edged.bench.load``: each its
+own ZeroMQ context, ipc endpoint) send one 1x1x28x28 float32 digit at a time back to
+back, the first 64 validation digits in turn, recording send/recv time, status, variant,
+the reply's timing and whether the answer is the digit's label. The temperature ramps
+linearly from --low to --high and back (--rate C/s, a write every --step-s) --cycles
+times. Then each level is pinned with ``ctl level`` for --pin-s seconds to measure
+throughput per rung.
 
 Reported:
 
@@ -64,7 +66,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from edged import harness_config  # noqa: E402
+from edged.bench.load import drive  # noqa: E402
+from edged.client import build_infer  # noqa: E402
 from edged.harness import Daemon, machine_info  # noqa: E402
+from edged.harness_config import model_table, table, tables  # noqa: E402
 
 MODELS = ROOT / "models" / "digits"
 LADDER = ("cnn-fp32", "cnn-int8", "small-fp32")
@@ -92,67 +98,27 @@ LEVELS = (
 
 
 def governor_toml(root: Path, interval: float, dwell: float, hot_max_batch: int) -> str:
-    cap = f"max_batch_size = {hot_max_batch}\n" if hot_max_batch > 0 else ""
-    return f"""
-[governor]
-enabled = true
-sysfs_root = "{root}"
-interval_s = {interval}
-dwell_s = {dwell}
-
-[[governor.levels]]
-name = "warm"
-enter_c = 70.0
-exit_c = 65.0
-ladder_steps = 1
-
-[[governor.levels]]
-name = "hot"
-enter_c = 80.0
-exit_c = 75.0
-ladder_steps = 2
-{cap}
-[[governor.levels]]
-name = "rung2"
-enter_c = 150.0
-exit_c = 145.0
-ladder_steps = 2
-"""
+    """[governor] and its levels: ``warm`` and ``hot`` as ``LEVELS``, ``rung2`` never
+    reached by the ramp (pinned only)."""
+    levels = [{"name": "warm", "enter_c": 70.0, "exit_c": 65.0, "ladder_steps": 1},
+              {"name": "hot", "enter_c": 80.0, "exit_c": 75.0, "ladder_steps": 2,
+               "max_batch_size": hot_max_batch if hot_max_batch > 0 else None},
+              {"name": "rung2", "enter_c": 150.0, "exit_c": 145.0, "ladder_steps": 2}]
+    return (table("governor", {"enabled": True, "sysfs_root": root, "interval_s": interval,
+                               "dwell_s": dwell}) + tables("governor.levels", levels))
 
 
 def write_config(path: Path, root: Path, interval: float, dwell: float,
                  hot_max_batch: int) -> Path:
-    variants = "\n".join(
-        f'[[models.variants]]\nname = "{n}"\nbackend = "onnxruntime"\n'
-        f'path = "{MODELS / (n + ".onnx")}"\n[models.variants.options]\nthreads = {THREADS[n]}\n'
-        for n in LADDER)
-    path.write_text(f"""
-[server]
-drain_timeout_s = 5.0
-log_level = "info"
-
-[metrics]
-listen = "off"
-
-[[models]]
-name = "digits"
-required = true
-max_batch_size = 8
-max_queue = 256
-max_delay_ms = 0.0
-
-[models.preprocess]
-color = "gray"
-width = 28
-height = 28
-scale = 0.00392156862745098
-layout = "NCHW"
-dtype = "float32"
-
-{variants}
-{governor_toml(root, interval, dwell, hot_max_batch)}
-""")
-    return path
+    digits = model_table(
+        "digits", [harness_config.variant(n, MODELS / f"{n}.onnx", options={"threads": THREADS[n]})
+                   for n in LADDER],
+        required=True, max_batch_size=8, max_queue=256, max_delay_ms=0.0,
+        preprocess={"color": "gray", "width": 28, "height": 28,
+                    "scale": 0.00392156862745098, "layout": "NCHW", "dtype": "float32"})
+    return harness_config.write_config(
+        path, server='drain_timeout_s = 5.0\nlog_level = "info"\n', models=[digits],
+        governor=governor_toml(root, interval, dwell, hot_max_batch))
 
 
 # == sysfs =================================================================================
@@ -178,71 +144,24 @@ def set_temp(root: Path, millic: int) -> float:
     return time.time()
 
 
-# == daemon ================================================================================
-
 # == clients ===============================================================================
 
-def client_main(k: int, endpoint: str, start: Any, stop: Any, out: str,
-                timeout_s: float) -> None:
-    """One streaming client (own process, own ZeroMQ context): one request in flight."""
-    import zmq
-
-    from edged.client import Client, ClientTimeout
-
+def start_clients(d: Daemon, n: int, stop: Any, into: dict[str, Any]) -> threading.Thread:
+    """``n`` processes of ``edged bench``'s load generator (``edged.bench.load``), one
+    request in flight each, the first 64 validation digits in turn, until ``stop``; the
+    result (with every reply's trace) lands in ``into``."""
     val = np.load(MODELS / "validation.npz")
     xs = (val["x"][:64].astype(np.float32) / 255.0)[:, None]
-    ys = val["y"][:64]
-    ctx = zmq.Context()
-    send: list[float] = []
-    recv: list[float] = []
-    ok: list[bool] = []
-    variant: list[str] = []
-    correct: list[bool] = []
-    batch: list[int] = []
-    compute_us: list[int] = []
-    queue_us: list[int] = []
-    errors: list[tuple[float, str, str]] = []
-    start.wait()
-    with Client(endpoint, timeout_s=timeout_s, context=ctx) as c:
-        i = k
-        while not stop.is_set():
-            j = i % len(xs)
-            i += 4
-            t0 = time.time()
-            try:
-                r = c.infer("digits", xs[j:j + 1], priority=0, raise_on_error=False)
-                status = r.status
-            except ClientTimeout as e:
-                r = None
-                status = "TIMEOUT"
-                errors.append((t0, status, str(e)))
-            t1 = time.time()
-            send.append(t0)
-            recv.append(t1)
-            ok.append(status == "OK")
-            if r is not None and r.ok:
-                h = r.header
-                t = h.get("timing") or {}
-                variant.append(str(h.get("variant")))
-                correct.append(int(np.argmax(r.outputs["logits"])) == int(ys[j]))
-                batch.append(int(t.get("batch", 0)))
-                compute_us.append(int(t.get("compute_us", 0)))
-                queue_us.append(int(t.get("queue_us", 0)))
-            else:
-                variant.append("")
-                correct.append(False)
-                batch.append(0)
-                compute_us.append(0)
-                queue_us.append(0)
-                if r is not None:
-                    errors.append((t0, status, str(r.header.get("error"))))
-    ctx.term()
-    codes = {v: n for n, v in enumerate(("", *LADDER))}
-    np.savez(out, send=np.array(send), recv=np.array(recv), ok=np.array(ok, bool),
-             variant=np.array([codes.get(v, -1) for v in variant], np.int8),
-             correct=np.array(correct, bool), batch=np.array(batch, np.int32),
-             compute_us=np.array(compute_us, np.int64), queue_us=np.array(queue_us, np.int64),
-             errors=np.array(json.dumps(errors)))
+    header, first = build_infer("digits", xs[:1])
+    cycle = [build_infer("digits", xs[j:j + 1])[1] for j in range(len(xs))]
+    ns = argparse.Namespace(endpoint=d.ipc, clients=n, in_flight=1, duration=float("inf"))
+
+    def run() -> None:
+        into.update(drive(ns, header, first, "clients", stop=stop, trace=True, cycle=cycle))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
 
 
 @dataclass
@@ -255,23 +174,31 @@ class Replies:
     batch: np.ndarray
     compute_us: np.ndarray
     queue_us: np.ndarray
-    client: np.ndarray
-    errors: list[Any] = field(default_factory=list)
+    errors: list[Any] = field(default_factory=list)  # (send time, status, error text)
 
     @property
     def latency_ms(self) -> np.ndarray:
         return (self.recv - self.send) * 1000.0
 
 
-def load_replies(paths: list[Path]) -> Replies:
-    parts = [np.load(p) for p in paths]
-    cat = {k: np.concatenate([p[k] for p in parts])
-           for k in ("send", "recv", "ok", "variant", "correct", "batch", "compute_us",
-                     "queue_us")}
-    client = np.concatenate([np.full(len(p["send"]), i) for i, p in enumerate(parts)])
+def load_replies(traces: list[dict[str, list[Any]]]) -> Replies:
+    """Every client's replies in the order they arrived; correct = the label's class."""
+    ys = np.load(MODELS / "validation.npz")["y"][:64]
+    cat = {k: np.concatenate([np.asarray(t[k]) for t in traces]) for k in traces[0]}
     order = np.argsort(cat["recv"], kind="stable")
-    errors = [e for p in parts for e in json.loads(str(p["errors"]))]
-    return Replies(**{k: v[order] for k, v in cat.items()}, client=client[order], errors=errors)
+    c = {k: v[order] for k, v in cat.items()}
+    codes = {v: n for n, v in enumerate(("", *LADDER))}
+    ok = c["status"] == "OK"
+    item = c["item"].astype(np.int64)
+    correct = ok & (item >= 0) & (c["top"] == ys[np.clip(item, 0, len(ys) - 1)])
+    errors = [(float(t), str(st), str(e)) for t, st, e, o in
+              zip(c["send"], c["status"], c["error"], ok, strict=True) if not o]
+    return Replies(send=c["send"].astype(float), recv=c["recv"].astype(float), ok=ok,
+                   variant=np.array([codes.get(str(v), -1) if o else 0
+                                     for v, o in zip(c["variant"], ok, strict=True)], np.int8),
+                   correct=correct, batch=c["batch"].astype(np.int32),
+                   compute_us=c["compute_us"].astype(np.int64),
+                   queue_us=c["queue_us"].astype(np.int64), errors=errors)
 
 
 # == status poller =========================================================================
@@ -676,11 +603,9 @@ def main(argv: list[str] | None = None) -> int:
                                     for k, v in vars(args).items()}}
     print(f"edged bench_governor: workdir {work}", file=sys.stderr)
     d = Daemon(cfg, work, wait=False)
-    mpc = mp.get_context("spawn")
-    start, stop = mpc.Event(), mpc.Event()
-    outs = [work / f"client{k}.npz" for k in range(args.clients)]
-    procs = [mpc.Process(target=client_main, args=(k, d.ipc, start, stop, str(outs[k]), 30.0))
-             for k in range(args.clients)]
+    stop = mp.get_context("spawn").Event()
+    load: dict[str, Any] = {}
+    clients: threading.Thread | None = None
     poller: Poller | None = None
     writes: list[tuple[float, float]] = []
     marks: list[dict[str, Any]] = []
@@ -688,11 +613,8 @@ def main(argv: list[str] | None = None) -> int:
         d.wait_ready()
         poller = Poller(d, args.poll_s)
         wait_until(lambda: poller is not None and poller.active == LADDER[0], 30, "cnn-fp32")
-        for p in procs:
-            p.start()
-        time.sleep(1.0)  # spawn + imports
-        start.set()
-        time.sleep(args.warmup_s)
+        clients = start_clients(d, args.clients, stop, load)
+        time.sleep(1.0 + args.warmup_s)  # pacing: spawn + imports, then a warm-up
         ramp0 = time.time()
         writes.append((ramp0, args.low))
         ramp_cycles(root, poller, args, writes)
@@ -700,17 +622,16 @@ def main(argv: list[str] | None = None) -> int:
         pin_phase(d, poller, args, marks)
     finally:
         stop.set()
-        start.set()
-        for p in procs:
-            p.join(60)
-            if p.is_alive():
-                p.kill()
+        if clients is not None:
+            clients.join(90)
         if poller is not None:
             poller.stop()
         rc = d.stop()
     res["daemon_rc"] = rc
     res["load_end"] = load_avg()
-    replies = load_replies(outs)
+    if "traces" not in load:
+        raise RuntimeError(f"the load clients gave no result (see above); workdir {work}")
+    replies = load_replies(load["traces"])
     res.update(analyse(replies, writes, poller.swap_list(), poller.levels, (ramp0, ramp1),
                        pinned_stats(replies, marks), args))
     res["summary"] = summarise(res)
