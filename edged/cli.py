@@ -31,7 +31,7 @@ def _add_control_args(p: argparse.ArgumentParser) -> None:
 
 
 #: Subcommands whose parsers live in (and import) their own modules.
-_HEAVY = ("bench", "compile", "governor")
+_HEAVY = ("bench", "compile", "governor", "device-check", "isa-check")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -122,6 +122,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     from edged.governor.replay import add_parser as add_governor
 
     add_governor(sub)
+    from edged.device.cli import add_parsers as add_device
+
+    add_device(sub)
     return ap
 
 
@@ -400,5 +403,6 @@ _COMMANDS = {
     "serve": cmd_serve, "check": cmd_check, "infer": cmd_infer, "models": cmd_simple,
     "health": cmd_simple, "status": cmd_status, "ctl": cmd_ctl, "keys": cmd_keys,
     "compile": cmd_compile, "bench": lambda a: a.func(a), "governor": cmd_governor,
-    "frigate": cmd_frigate,
+    "frigate": cmd_frigate, "device-check": lambda a: a.func(a),
+    "isa-check": lambda a: a.func(a),
 }

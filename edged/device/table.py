@@ -1,4 +1,4 @@
-"""The per-backend, per-precision table ``device-check`` (beside this file) prints.
+"""The per-backend, per-precision table ``edged device-check`` prints for each model.
 
 Why a module: the table is what an operator compares across devices, so its figures
 (p50 at batch 1 and throughput through the daemon, agreement with ONNX Runtime fp32
