@@ -1,11 +1,14 @@
 """``edged check --verify`` (the swap check of every variant against its reference, run in
-process on this device) and ``scripts/ops/isa-check`` (the same and the model tests under an
-emulated AVX2-only CPU). The emulated run takes minutes: only with EDGED_TEST_ISA=1."""
+process on this device) and ``edged isa-check`` (``scripts/ops/isa-check``: the same and the
+model tests under an emulated AVX2-only CPU). The emulated run takes minutes: only with
+EDGED_TEST_ISA=1; its parts (qemu's warnings, the kernel-path step, the detector config,
+exit 2 when it cannot run) are checked here without emulation."""
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -18,6 +21,8 @@ from support.configs import digits_config, digits_variants, variant
 from support.paths import MODELS, ROOT
 
 from edged.cli import main
+from edged.config import load_config
+from edged.device import isa_check, qemu
 
 
 def check_verify(capsys: pytest.CaptureFixture[str], config: Path) -> tuple[int, dict[str, Any]]:
@@ -120,15 +125,89 @@ def test_an_invalid_config_is_exit_2_with_its_problems(
     assert "problem(s)" in capsys.readouterr().err
 
 
+# -- edged isa-check --------------------------------------------------------------------
+
+
+QEMU_LIKE_CHILD = """\
+import os, sys
+import edged
+w = "qemu-x86_64: warning: TCG doesn't support requested feature: "
+sys.stderr.write(w + "CPUID.07H:EBX.avx512f [bit 16]\\n" + w + "CPUID.07H:EBX.avx512f [bit 16]\\n")
+sys.stderr.write(w + "CPUID.07H:ECX.avx512-vnni [bit 11]\\n" + "a real warning\\n")
+print(os.path.dirname(edged.__file__))
+sys.exit(3)
+"""
+
+
+def test_qemus_feature_warnings_are_collected_and_the_programs_stderr_is_passed_on(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    child = tmp_path / "child.py"
+    child.write_text(QEMU_LIKE_CHILD)
+    ran = qemu.run([sys.executable, str(child)], tmp_path, 60, first_on_path=ROOT)
+    assert ran.rc == 3
+    assert ran.dropped == ["CPUID.07H:EBX.avx512f", "CPUID.07H:ECX.avx512-vnni"]
+    assert Path(ran.stdout.strip()) == ROOT / "edged"  # this checkout's edged first
+    err = capfd.readouterr().err
+    assert "    | a real warning" in err and "TCG" not in err
+
+
+def _verify_doc(drift: float) -> dict[str, Any]:
+    """``edged check --verify --json``'s variants, as recorded: one fp32, one int8."""
+    return {"variants": [
+        {"model": "digits", "variant": "cnn-fp32", "precision": "fp32",
+         "measures": {"logits.vs_build_machine": 0.0}},
+        {"model": "digits", "variant": "cnn-int8", "precision": "int8",
+         "measures": {"logits.top1": 1.0, "logits.vs_build_machine": drift}}]}
+
+
+def _cpu_run(cpu: str, features: list[str], drift: float) -> isa_check.CpuRun:
+    return isa_check.CpuRun(cpu, features, verify={"config.toml": _verify_doc(drift)})
+
+
+def test_the_kernel_path_step_passes_only_when_int8_results_differ_from_native() -> None:
+    assert isa_check.drift(_verify_doc(0.5)) == {
+        "digits/cnn-int8": {"logits.vs_build_machine": 0.5}}
+    native = _cpu_run("native", ["AVX2", "AVX512F", "AVX512_VNNI"], 0.02)
+    differs = isa_check.kernel_path(native, _cpu_run("Haswell-v4", ["AVX2"], 0.4))
+    assert differs.status == "PASS" and "native 0.02, emulated 0.4" in differs.detail
+    same = isa_check.kernel_path(native, _cpu_run("Haswell-v4", ["AVX2"], 0.02))
+    assert same.status == "FAIL" and "did not take another kernel path" in same.detail
+    avx2_host = _cpu_run("native", ["AVX2"], 0.02)
+    assert isa_check.kernel_path(avx2_host, _cpu_run("Haswell-v4", ["AVX2"], 0.02)).status \
+        == "SKIP"
+
+
+def test_the_detector_config_it_checks_is_valid_and_names_the_shipped_files(
+        tmp_path: Path) -> None:
+    path = tmp_path / "digits-det.toml"
+    path.write_text(isa_check.det_config())
+    (m,) = load_config(path).models
+    assert m.name == "digits-det" and m.postprocess is not None
+    assert [v.name for v in m.variants] == ["det-fp32", "det-int8", "det128-fp32"]
+    assert all(v.path.is_file() for v in m.variants)
+
+
+def test_isa_check_is_exit_2_with_the_reason_when_it_cannot_run_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no qemu-x86_64 on it
+    assert main(["isa-check", "--no-install", "--quick"]) == 2
+    err = capsys.readouterr().err
+    if platform.machine() == "x86_64":
+        assert "isa-check: qemu-x86_64 is missing: install Debian's qemu-user-static" in err
+    else:
+        assert "isa-check: this emulates x86-64 CPUs on an x86-64 host" in err
+
+
 @pytest.mark.skipif(os.environ.get("EDGED_TEST_ISA") != "1",
                     reason="emulating an AVX2-only CPU with qemu takes minutes: set "
-                           "EDGED_TEST_ISA=1 to run scripts/ops/isa-check")
+                           "EDGED_TEST_ISA=1 to run edged isa-check")
 @pytest.mark.timeout(3600)
 def test_isa_check_passes_on_an_emulated_avx2_only_cpu(tmp_path: Path) -> None:
     report = tmp_path / "isa.json"
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "ops" / "isa-check"), "--json",
-                        str(report)], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=3500)
+    p = subprocess.run([sys.executable, "-m", "edged", "isa-check", "--json", str(report)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=3500,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
     print(p.stdout)  # the report, for pytest -rP
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     doc = json.loads(report.read_text())

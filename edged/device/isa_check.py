@@ -235,13 +235,20 @@ def cannot_run(install: bool) -> tuple[str | None, str]:
 
 def run(args: argparse.Namespace) -> int:
     """The native run, then each ``--cpu`` model; 0 PASS, 1 FAIL, 2 cannot run here."""
-    # SIGTERM (a test's timeout, a CI cancel) unwinds like Ctrl-C: subprocess.run then
-    # kills the emulated child instead of leaving it running.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     qemu_bin, why = cannot_run(install=not args.no_install)
     if qemu_bin is None:
         print(f"isa-check: {why}", file=sys.stderr)
         return 2
+    # SIGTERM (a test's timeout, a CI cancel) unwinds like Ctrl-C: subprocess.run then
+    # kills the emulated child instead of leaving it running.
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        return _check_all(qemu_bin, args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _check_all(qemu_bin: str, args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="edged-isa-") as tmp:
         work = Path(tmp)

@@ -40,8 +40,7 @@ def int8_isa(isa: CpuIsa) -> str:
 
 
 def platform_facts(r: Report) -> None:
-    import psutil
-
+    """Stdlib and /proc only: these lines print even where numpy or psutil do not import."""
     r.fact("arch", platform.machine())
     r.fact("os", platform.platform())
     r.fact("python", platform.python_version())
@@ -55,7 +54,10 @@ def platform_facts(r: Report) -> None:
     r.fact("cpus", f"{cpus} ({usable} usable by this process)")
     r.fact("load average", " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (figures below "
            "are shared with whatever else runs)")
-    r.fact("memory", f"{psutil.virtual_memory().total // (1 << 20)} MiB")
+    meminfo = _read("/proc/meminfo") or ""
+    for line in meminfo.splitlines():
+        if line.startswith("MemTotal:"):
+            r.fact("memory", f"{int(line.split()[1]) // 1024} MiB")
     model = _read("/proc/device-tree/model")
     r.fact("board", model or "unknown (no /proc/device-tree/model)")
     from edged.backends.tensorrt_keys import l4t_release
