@@ -35,9 +35,9 @@ _HEAVY = ("bench", "compile", "governor", "device-check", "isa-check")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The whole parser, or for a ``command`` other than bench/compile/governor one
-    without their parsers: building those imports their modules (numpy, the load
-    generator, the governor), ~25 ms of ``edged serve``'s start-up."""
+    """The whole parser, or for a ``command`` not in ``_HEAVY`` one without those
+    commands' parsers: building them imports their modules (numpy, the load generator,
+    the governor), ~25 ms of ``edged serve``'s start-up."""
     ap = argparse.ArgumentParser(prog="edged", description=__doc__)
     ap.add_argument("--version", action="version", version=f"edged {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
