@@ -155,10 +155,11 @@ def ladder_keys(model: Path) -> list[str]:
     what cannot be served now left out (a rung whose file or record is gone, OpenVINO
     uninstalled since); a stored model from before ladders: its accepted int8 rung."""
     doc = _read(ladder_path(model))
-    keys = [k for k in doc.get("ladder", [])] if doc else [TOP, "int8"]
+    keys = doc.get("ladder") if doc else [TOP, "int8"]
     no_ov = openvino_missing()
-    usable = [k for k in keys if k == TOP or (
-        k in RUNGS and accepted(model, k) and not (no_ov and RUNGS[k].backend == "openvino"))]
+    usable = [k for k in (keys if isinstance(keys, list) else []) if k == TOP or (
+        isinstance(k, str) and k in RUNGS and accepted(model, k)
+        and not (no_ov and RUNGS[k].backend == "openvino"))]
     if not usable or (usable[0] != TOP and RUNGS[usable[0]].precision != "fp32"):
         usable.insert(0, TOP)
     return usable

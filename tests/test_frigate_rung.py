@@ -222,3 +222,42 @@ def test_without_openvino_its_rungs_are_skipped_with_the_reason(tmp_path: Path) 
     entry = outcome(record)
     assert entry["rungs"]["ov-int8"]["state"] == "skipped"
     assert "ov-fp32 skipped (OpenVINO is not installed" in entry["progress"], entry
+
+
+def test_the_stored_ladder_serves_only_what_is_there(tmp_path: Path) -> None:
+    """``with_rungs`` after a restart: the ladder file's order, a rung whose file or
+    record is gone left out, a damaged ladder file read as no rungs, and a store from
+    before ladder files (an accepted int8 record alone) served with its int8 rung."""
+    from edged.frigate_ladder import artifact, ladder_path, record_path, with_rungs
+    from edged.frigate_models import check_model, model_config
+
+    model = tmp_path / "feed.onnx"
+    shutil.copy(DIGITS, model)
+    mc = model_config("m", "det.onnx", model, check_model(model.read_bytes()), "rgb")
+
+    def names() -> list[str]:
+        return [v.name for v in with_rungs(mc, model).variants]
+
+    def backends() -> list[str]:
+        return [v.backend for v in with_rungs(mc, model).variants]
+
+    assert names() == ["det.onnx"]  # nothing built
+    for key in ("int8", "ov-int8"):
+        artifact(model, key).write_bytes(b"x")
+        record_path(model, key).write_text('{"accepted": true}')
+    assert names() == ["det.onnx", "det.onnx-int8"]  # before ladder files: int8 only
+    ladder_path(model).write_text('{"ladder": ["fp32", "ov-int8"]}')
+    expect_ov = ["det.onnx", "det.onnx-ov-int8"] if OPENVINO else ["det.onnx"]
+    assert names() == expect_ov
+    if OPENVINO:
+        assert backends() == ["onnxruntime", "openvino"]
+        ov = with_rungs(mc, model).variants[1]
+        assert ov.precision == "int8" and ov.path == artifact(model, "ov-int8")
+        assert ov.options.precision == "f32" and ov.options.cache_dir == \
+            tmp_path / "openvino-cache"
+    artifact(model, "ov-int8").unlink()
+    assert names() == ["det.onnx"]
+    ladder_path(model).write_text('{"ladder": "fp32 > int8"}')
+    assert names() == ["det.onnx"]
+    ladder_path(model).write_text("{not json")
+    assert names() == ["det.onnx", "det.onnx-int8"]  # unreadable: as if none was written
