@@ -193,7 +193,7 @@ def test_a_sent_model_gets_checked_rungs_the_governor_swaps_to(tmp_path: Path) -
 
 
 def test_without_openvino_its_rungs_are_skipped_with_the_reason(tmp_path: Path) -> None:
-    """The build itself (``python -m edged.frigate_ladder``, as the daemon runs it) where
+    """The build itself (``python -m edged.frigate_rung_build``, as the daemon runs it) where
     ``import openvino`` fails, as on a machine without it: the ORT int8 rung is built and
     checked, OpenVINO's are skipped saying why, and the status entry says so too."""
     stub = tmp_path / "no-openvino" / "openvino"
@@ -204,7 +204,7 @@ def test_without_openvino_its_rungs_are_skipped_with_the_reason(tmp_path: Path) 
     frames = tmp_path / "frames.npz"
     np.savez(frames, frames=np.concatenate(scenes()[:8]))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(stub.parent), str(ROOT)))}
-    out = subprocess.run([sys.executable, "-m", "edged.frigate_ladder", str(model),
+    out = subprocess.run([sys.executable, "-m", "edged.frigate_rung_build", str(model),
                           str(frames), "--model-type", "yologeneric"], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     record = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,6 +1,6 @@
 """Builds the rungs of a model Frigate sent, in the background, and reports on them.
 
-Why a room of its own: the build is a child process (``edged.frigate_ladder``: an ONNX
+Why a room of its own: the build is a child process (``edged.frigate_rung_build``: an ONNX
 Runtime INT8 rung, and with OpenVINO installed its FP32 and INT8 rungs) at the lowest
 priority on one core, started once an endpoint's ring holds enough frames Frigate sent;
 this module starts it, turns its progress lines and its outcome (the ladder, each rung
@@ -129,7 +129,7 @@ class Rungs:
         """The child runs in ``cwd`` (a temporary folder): ONNX Runtime's quantizer leaves
         files in its working directory."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "edged.frigate_ladder", str(served), str(frames),
+            sys.executable, "-m", "edged.frigate_rung_build", str(served), str(frames),
             "--model-type", model_type, "--color", color, "--low-priority",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(cwd),
             env=_child_env())
