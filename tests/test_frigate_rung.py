@@ -261,3 +261,29 @@ def test_the_stored_ladder_serves_only_what_is_there(tmp_path: Path) -> None:
     assert names() == ["det.onnx"]
     ladder_path(model).write_text("{not json")
     assert names() == ["det.onnx", "det.onnx-int8"]  # unreadable: as if none was written
+
+
+def test_the_status_entry_says_each_rungs_fate_and_why() -> None:
+    """A build's record as ``edged status`` shows it: the ladder, a refused rung with the
+    check's reason, a rung left off the ladder with the ladder rule's, a failed build."""
+    from edged.server.frigate_rungs import outcome
+
+    record = {
+        "ladder": ["fp32", "int8"], "build_s": 12.5,
+        "off": {"ov-fp32": "as precise and as accurate as fp32, which measured faster"},
+        "rungs": {
+            "int8": {"accepted": True, "check": "vs fp32 ...: det.recall=1",
+                     "speed": {"latency_ms_p50": 0.7}},
+            "ov-fp32": {"accepted": True, "check": "vs fp32 ...: det.recall=1"},
+            "ov-int8": {"accepted": False, "error": "VerifyRefused: det.recall 0.5 < 0.9"}}}
+    e = outcome(record)
+    assert e["state"] == "offered" and e["ladder"] == ["fp32", "int8"]
+    assert e["rungs"]["int8"] == {"state": "on the ladder", "check": "vs fp32 ...: det.recall=1",
+                                  "latency_ms_p50": 0.7}
+    assert e["rungs"]["ov-fp32"]["state"] == "not on the ladder"
+    assert e["rungs"]["ov-int8"] == {"state": "refused",
+                                     "reason": "VerifyRefused: det.recall 0.5 < 0.9"}
+    assert e["progress"].startswith("fp32 > int8; ov-fp32 not on the ladder (as precise")
+    assert "ov-int8 refused (VerifyRefused: det.recall 0.5 < 0.9)" in e["progress"]
+    crashed = outcome({"ladder": ["fp32"], "error": "the build exited -9: "})
+    assert crashed["state"] == "refused" and "exited -9" in crashed["error"]
