@@ -47,6 +47,8 @@ from edged.frigate_ladder import (
 TIMING_ROUNDS = 3
 TIMING_RUNS = 15
 TIMING_BUDGET_S = 1.0
+#: above this model size the variants are timed one open at a time (memory)
+INTERLEAVE_MAX_BYTES = 64 << 20
 
 
 def build_and_check(src: Path, frames: np.ndarray, model_type: str | None, color: str,
@@ -219,33 +221,51 @@ class _Checker:
 
     def time(self, variants: dict[str, Any]) -> tuple[dict[str, dict[str, Any]],
                                                       dict[str, str]]:
-        """Batch-1 speed of each variant on this core, timed in turns (``TIMING_ROUNDS``
-        times one short ``edged.compile.bench`` measure each), so load from elsewhere hits
-        them alike; ``(speeds, {key: why}`` for a variant that failed to run)."""
+        """Batch-1 speed of each variant on this core: ``TIMING_ROUNDS`` short
+        ``edged.compile.bench`` measures each, taken in turns so load from elsewhere hits
+        them alike (one variant open at a time, round after round, for a model over
+        ``INTERLEAVE_MAX_BYTES``: all open at once would not fit a small device's memory).
+        ``(speeds, {key: why})`` for a variant that failed to open or run."""
         from edged.compile.bench import measure
 
-        opened: dict[str, Any] = {}
+        rounds: dict[str, list[dict[str, Any]]] = {k: [] for k in variants}
         failed: dict[str, str] = {}
-        try:
-            for key, v in variants.items():
-                try:
-                    opened[key] = self.ref if v is self.top else self._open(v, 1)
-                except Exception as e:
-                    failed[key] = f"{type(e).__name__}: {e}"
-            rounds: dict[str, list[dict[str, Any]]] = {k: [] for k in opened}
-            for _ in range(TIMING_ROUNDS):
-                for key, o in opened.items():
-                    rounds[key].append(measure(o.backend, 1, runs=TIMING_RUNS,
-                                               budget_s=TIMING_BUDGET_S, threads=1).to_json())
-        finally:
-            for o in opened.values():
-                if o is not self.ref:
-                    o.backend.close()
+
+        def run(key: str, o: Any) -> None:
+            try:
+                rounds[key].append(measure(o.backend, 1, runs=TIMING_RUNS,
+                                           budget_s=TIMING_BUDGET_S, threads=1).to_json())
+            except Exception as e:
+                failed[key] = f"{type(e).__name__}: {e}"
+
+        together = self.src.stat().st_size <= INTERLEAVE_MAX_BYTES
+        groups = [list(variants)] if together else [[k] for k in variants]
+        for group in groups:
+            opened: dict[str, Any] = {}
+            try:
+                for key in group:
+                    v = variants[key]
+                    try:
+                        opened[key] = self.ref if v is self.top else self._open(v, 1)
+                    except Exception as e:
+                        failed[key] = f"{type(e).__name__}: {e}"
+                for _ in range(TIMING_ROUNDS):
+                    for key, o in opened.items():
+                        if key not in failed:
+                            run(key, o)
+            finally:
+                for o in opened.values():
+                    if o is not self.ref:
+                        o.backend.close()
+        if TOP in failed:
+            raise RuntimeError(f"the served model could not be timed: {failed[TOP]}")
         speeds = {}
         for key, parts in rounds.items():
-            all_rounds = [r for part in parts for r in part["rounds"]]
+            if key in failed or not parts:
+                continue
             best = min(parts, key=lambda p: p["latency_ms_p50"])
-            speeds[key] = {**best, "rounds": all_rounds, "runs": sum(p["runs"] for p in parts)}
+            speeds[key] = {**best, "rounds": [r for part in parts for r in part["rounds"]],
+                           "runs": sum(p["runs"] for p in parts)}
         return speeds, failed
 
 
