@@ -1,21 +1,28 @@
-"""An INT8 rung for a model Frigate sent: calibrated and checked on frames Frigate sent.
+"""The rungs of a model Frigate sent: where they are stored, and the ladder they make.
 
-Why here and in a process of its own: no detector server builds a ladder for a model a
-client hands it, and the model's own users' frames are the best calibration data there
-is. Quantizing is minutes of CPU, so it runs as ``python -m edged.frigate_ladder`` at
-the lowest priority on one core (``run_build`` in the daemon starts it and reads its
-progress lines), never in the serving process. The rung is accepted only by
-``edged.verify``'s task-level check (matched boxes against the fp32 model, on this
-device) on *other* frames than those it was calibrated on; the outcome is written
-beside it (``<sha>.int8.json``) so a restart offers it again without a rebuild.
+Why here: no detector server builds a ladder for a model a client hands it; edged builds
+one (``edged.frigate_rung_build``, a child process at the lowest priority on one core)
+from the frames Frigate sent, and this module is what the daemon knows of it: the ring
+of frames kept for the build, the files beside a stored model (``<sha>`` is its name's
+stem), and the ``ModelConfig`` ladder they give after a build or a restart.
+
+The rungs, each a file beside the stored model:
+
+- ``int8``: ONNX Runtime static QDQ, Conv only (``<sha>.int8.onnx``);
+- ``ov-fp32``: with OpenVINO installed, the same graph as OpenVINO IR with full-precision
+  weights (``<sha>.ov-fp32.xml`` + ``.bin``), served with the f32 hint;
+- ``ov-int8``: the QDQ model as IR, run by OpenVINO's own int8 kernels on x86.
+
+Each rung's outcome is in ``<sha>.<rung>.json`` (accepted by the check or why not, its
+speed), the ladder in ``<sha>.ladder.json`` (heaviest first; ``fp32`` is the served model
+itself), so a restart serves the same ladder without a rebuild.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections import deque
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,23 @@ import numpy as np
 #: frames kept for a rung: the first part calibrates, the rest checks
 CALIBRATION_SHARE = 0.75
 MAX_RING_BYTES = 64 << 20
+#: the served model's own entry in a ladder
+TOP = "fp32"
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One kind of rung: which backend serves which file beside the model."""
+
+    key: str
+    backend: str
+    precision: str
+    suffix: str
+
+
+RUNGS = {r.key: r for r in (Rung("int8", "onnxruntime", "int8", ".int8.onnx"),
+                            Rung("ov-fp32", "openvino", "fp32", ".ov-fp32.xml"),
+                            Rung("ov-int8", "openvino", "int8", ".ov-int8.xml"))}
 
 
 class FrameRing:
@@ -54,125 +78,100 @@ class FrameRing:
         np.savez(path, frames=np.concatenate(list(self._ring)))
 
 
-def paths(model: Path) -> tuple[Path, Path]:
-    """Where a stored model's rung and its check record live."""
-    stem = model.name.split(".")[0]
-    return model.with_name(f"{stem}.int8.onnx"), model.with_name(f"{stem}.int8.json")
+# -- where things are stored -------------------------------------------------------------
+def _stem(model: Path) -> str:
+    return model.name.split(".")[0]
 
 
-def accepted(model: Path) -> Path | None:
-    """The model's rung if one was built and passed its check."""
-    rung, record = paths(model)
+def artifact(model: Path, key: str) -> Path:
+    return model.with_name(_stem(model) + RUNGS[key].suffix)
+
+
+def record_path(model: Path, key: str) -> Path:
+    return model.with_name(f"{_stem(model)}.{key}.json")
+
+
+def ladder_path(model: Path) -> Path:
+    return model.with_name(f"{_stem(model)}.ladder.json")
+
+
+def _read(path: Path) -> dict[str, Any] | None:
     try:
-        ok = json.loads(record.read_text()).get("accepted") is True
-    except (OSError, ValueError, AttributeError):
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
         return None
-    return rung if ok and rung.is_file() else None
+    return doc if isinstance(doc, dict) else None
 
 
-def build_and_check(src: Path, frames: np.ndarray, model_type: str | None, color: str,
-                    say: Any = print) -> dict[str, Any]:
-    """Quantize ``src`` (Conv only, as edged compile does for detectors) on the first
-    frames, check it against ``src`` on the others; the record of what happened."""
-    import time
-
-    from edged.compile.ort_steps import to_int8_static
-    from edged.frigate_models import check_model
-
-    rung, _ = paths(src)
-    checked = check_model(src.read_bytes(), model_type)
-    n_cal = max(1, int(len(frames) * CALIBRATION_SHARE))
-    calib, held = frames[:n_cal], frames[n_cal:]
-    if len(held) == 0:
-        raise ValueError(f"{len(frames)} frames leave none to check the rung on")
-    say(f"calibrating on {len(calib)} frames")
-    t0 = time.perf_counter()
-    tmp = rung.with_name(rung.name + ".tmp")
-    to_int8_static(src, tmp, checked.image.name, calib, batch=1, progress=False,
-                   op_types=["Conv"])
-    tmp.replace(rung)
-    build_s = time.perf_counter() - t0
-    say(f"quantized in {build_s:.1f} s; checking on {len(held)} other frames")
-    report = _check(src, rung, checked, color, held)
-    say(f"check passed: {report}")
-    return {"accepted": True, "build_s": round(build_s, 2), "calibration_frames": len(calib),
-            "check_frames": len(held), "check": report}
+def accepted(model: Path, key: str) -> bool:
+    """Was the ``key`` rung of ``model`` built and did it pass its check?"""
+    doc = _read(record_path(model, key))
+    return bool(doc and doc.get("accepted") is True and artifact(model, key).is_file())
 
 
-def _check(src: Path, rung: Path, checked: Any, color: str, held: np.ndarray) -> str:
-    """edged.verify's own check: boxes matched against the fp32 model on ``held``."""
-    from dataclasses import replace
-
-    from edged.detect.head import build_postprocessor
-    from edged.frigate_models import model_config
-    from edged.preprocess import Preprocessor
-    from edged.variants import open_variant
-    from edged.verify.verifier import Verifier
-
-    base = model_config("check", "fp32", src, checked, color)
-    fp32 = base.variants[0]
-    int8 = replace(fp32, name="int8", path=rung, precision="int8")
-    cfg = replace(base, variants=(fp32, int8))
-    assert cfg.preprocess is not None and cfg.postprocess is not None
-    verifier = Verifier(cfg, Preprocessor(cfg.preprocess))
-    name = checked.image.name
-    for frame in held:
-        verifier.record({name: frame[None]})
-    opened = []
-    try:
-        for i, v in enumerate(cfg.variants):
-            loaded = open_variant("check", i, v, 1)
-            opened.append(loaded)
-            loaded.post = build_postprocessor(cfg.postprocess, cfg.preprocess, loaded.backend,
-                                              v.path, name)
-        spec = next(s for s in opened[0].backend.inputs if s.name == name)
-        ref = verifier.reference(1, spec, lambda job: job(opened[0]))
-        return verifier.check(opened[1], ref)
-    finally:
-        for o in opened:
-            o.backend.close()
+def built(model: Path) -> bool:
+    """Has a build run to its end for ``model`` (whatever it found)? Then none is due."""
+    return ladder_path(model).is_file() or accepted(model, "int8")
 
 
-def lowest_priority_one_core() -> None:
-    """nice 19 and (where the OS has it) one CPU: the build never competes with serving.
-    Done by the child itself (a ``preexec_fn`` is unsafe in the threaded daemon)."""
-    import os
+def openvino_missing(load: bool = False) -> str | None:
+    """Why OpenVINO rungs cannot be built or served here (None: they can). ``load``
+    imports it (the build does); else only whether it is installed (the daemon asks at
+    every load of a sent model, and need not import OpenVINO to know)."""
+    if not load:
+        import importlib.util
 
-    os.nice(19)
-    if hasattr(os, "sched_setaffinity"):
-        cpus = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpus[-1]})
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m edged.frigate_ladder SRC FRAMES.npz`` (the daemon runs it); progress on
-    stdout, the record as the last line (JSON) and in ``<sha>.int8.json``."""
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("src", type=Path)
-    ap.add_argument("frames", type=Path)
-    ap.add_argument("--model-type", default=None)
-    ap.add_argument("--color", default="rgb", choices=("rgb", "bgr"))
-    ap.add_argument("--low-priority", action="store_true", help="nice 19 on one CPU")
-    args = ap.parse_args(argv)
-    if args.low_priority:
-        lowest_priority_one_core()
-    _, record_path = paths(args.src)
-
-    def say(msg: str) -> None:
-        print(msg, flush=True)
+        found = importlib.util.find_spec("openvino") is not None
+        return None if found else "OpenVINO is not installed (pip install 'edged[openvino]')"
+    from edged.backends.openvino import import_openvino
+    from edged.errors import ArtifactError
 
     try:
-        with np.load(args.frames, allow_pickle=False) as z:
-            frames = z["frames"]
-        record = build_and_check(args.src, frames, args.model_type, args.color, say)
-    except Exception as e:  # the refusal is the outcome, recorded
-        record = {"accepted": False, "error": f"{type(e).__name__}: {e}"[:2000]}
-    from edged.model_store import atomic_write
-
-    atomic_write(record_path, json.dumps(record).encode())
-    print(json.dumps(record), flush=True)
-    return 0 if record["accepted"] else 1
+        import_openvino()
+    except ArtifactError as e:
+        return str(e)
+    return None
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def ladder_keys(model: Path) -> list[str]:
+    """The stored ladder of ``model``, heaviest first (``TOP`` = the served model), with
+    what cannot be served now left out (a rung whose file or record is gone, OpenVINO
+    uninstalled since); a stored model from before ladders: its accepted int8 rung."""
+    doc = _read(ladder_path(model))
+    keys = doc.get("ladder") if doc else [TOP, "int8"]
+    no_ov = openvino_missing()
+    usable = [k for k in (keys if isinstance(keys, list) else []) if k == TOP or (
+        isinstance(k, str) and k in RUNGS and accepted(model, k)
+        and not (no_ov and RUNGS[k].backend == "openvino"))]
+    if not usable or (usable[0] != TOP and RUNGS[usable[0]].precision != "fp32"):
+        usable.insert(0, TOP)
+    return usable
+
+
+def variant(top: Any, model: Path, key: str, threads: int = 0) -> Any:
+    """The ``VariantConfig`` of rung ``key`` below ``top`` (the served fp32 variant)."""
+    from edged.config import VariantConfig
+
+    r = RUNGS[key]
+    if r.backend == "openvino":
+        from edged.backends import openvino as ovb
+
+        # the compiled-blob cache beside the store: a swap or a restart compiles once
+        options: Any = ovb.Options(precision="f32", threads=threads,
+                                   cache_dir=model.parent / "openvino-cache")
+    else:
+        from edged.backends.onnxruntime import Options
+
+        options = Options(threads=threads)
+    return VariantConfig(f"{top.name}-{key}", r.backend, artifact(model, key), options,
+                         precision=r.precision)
+
+
+def with_rungs(mc: Any, model: Path) -> Any:
+    """``mc`` (a sent model's ``ModelConfig``, one fp32 variant) with its stored ladder."""
+    top = mc.variants[0]
+    keys = ladder_keys(model)
+    if keys == [TOP]:
+        return mc
+    return replace(mc, variants=tuple(top if k == TOP else variant(top, model, k)
+                                      for k in keys))

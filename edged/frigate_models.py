@@ -221,9 +221,9 @@ def _adapt(model: Any, sizes_input: str | None, hw: tuple[int, int],
 
 
 def model_config(name: str, variant: str, path: Path, checked: CheckedModel,
-                 color: str, max_batch_size: int = 4, rung: Path | None = None) -> Any:
-    """The registry's ``ModelConfig`` for a checked model stored at ``path``; ``rung``:
-    an accepted INT8 rung (edged.frigate_ladder) below it on the ladder."""
+                 color: str, max_batch_size: int = 4) -> Any:
+    """The registry's ``ModelConfig`` for a checked model stored at ``path``: its one
+    fp32 variant (``edged.frigate_ladder.with_rungs`` adds the rungs built for it)."""
     from edged.backends.onnxruntime import Options
     from edged.config import ModelConfig, VariantConfig
 
@@ -245,9 +245,6 @@ def model_config(name: str, variant: str, path: Path, checked: CheckedModel,
         label_offset=1 if decoder == "ssd" else 0,
         nms=decoder not in ("ssd", "yolonas", "dfine", "rfdetr"))
     batch = 1 if t == "yolonas" else max_batch_size  # a flat output mixes a batch's rows
-    variants = [VariantConfig(variant, "onnxruntime", path, Options(), precision="fp32")]
-    if rung is not None:
-        variants.append(VariantConfig(f"{variant}-int8", "onnxruntime", rung, Options(),
-                                      precision="int8"))
-    return ModelConfig(name=name, variants=tuple(variants), max_batch_size=batch,
+    variants = (VariantConfig(variant, "onnxruntime", path, Options(), precision="fp32"),)
+    return ModelConfig(name=name, variants=variants, max_batch_size=batch,
                        max_queue=64, preprocess=pre, postprocess=post)

@@ -301,3 +301,53 @@ def test_outputs_are_not_modified(decoder: str) -> None:
     d = pp.run({"o": x}, [Transform.identity(W, H)])[0]
     assert len(d) == 1
     np.testing.assert_array_equal(x, before)
+
+
+DO_SPEC = [Spec("detection_out", "float32", (1, 1, 200, 7))]
+
+
+def detection_output(frames: list[tuple], tfs: list[Transform], n: int = 200) -> np.ndarray:
+    """OpenVINO's DetectionOutput ``[1, 1, N, 7]`` for a batch: each image's rows tagged
+    with its image_id, a background row, the -1 row that ends the list, then junk."""
+    rows = []
+    for i, ((_, _, b, s, c), tf) in enumerate(zip(frames, tfs, strict=True)):
+        inp = to_input(b, tf) / [W, H, W, H]
+        for box, score, cls in zip(inp, s, c, strict=True):
+            rows.append([i, cls + 1, score, *box])  # TF COCO ids: 1 = the first class
+        rows.append([i, 0, 0.99, 0.1, 0.1, 0.2, 0.2])  # label 0 is the background
+    out = np.full((n, 7), 0.77, np.float32)  # after the terminator: never read
+    out[: len(rows)] = rows
+    out[len(rows)] = [-1, 0, 0, 0, 0, 0, 0]
+    return out[None, None]
+
+
+def test_openvino_detection_output_by_image_id_for_a_batch() -> None:
+    cfg = config(decoder="ssd", resize="stretch", label_offset=1)
+    pp = Postprocessor(cfg, DO_SPEC, (W, H))
+    assert pp.decoder == "detection-output" and pp.output_names == ("detection_out",)
+    frames = [LANDSCAPE, PORTRAIT]
+    tfs = [transform(fw, fh, "stretch") for fw, fh, *_ in frames]
+    out = detection_output(frames, tfs)
+    before = out.copy()
+    for d, (_, _, b, s, c) in zip(pp.run({"detection_out": out}, tfs), frames, strict=True):
+        expect(d, b, s, c)
+    np.testing.assert_array_equal(out, before)
+    # the same layout named explicitly decodes the same; a batch of one reads image 0 only
+    named = Postprocessor(config(decoder="detection-output", resize="stretch", label_offset=1),
+                          DO_SPEC, (W, H))
+    (one,) = named.run({"detection_out": out}, tfs[:1])
+    expect(one, LANDSCAPE[2], LANDSCAPE[3], LANDSCAPE[4])
+
+
+def test_detection_output_with_no_rows_and_with_the_wrong_shape() -> None:
+    pp = Postprocessor(config(decoder="ssd"), DO_SPEC, (W, H))
+    empty = np.zeros((1, 1, 200, 7), np.float32)
+    empty[0, 0, 0, 0] = -1
+    assert pp.run({"detection_out": empty}, [transform(W, H)])[0].shape == (0, 6)
+    from edged.detect.outputs import OutputMismatch
+
+    with pytest.raises(OutputMismatch, match=r"\[1, 1, N, 7\]"):
+        Postprocessor(config(decoder="detection-output"),
+                      [Spec("o", "float32", (1, 2, 200, 7))], (W, H))
+    # four outputs stay the TF Object Detection API's layout
+    assert Postprocessor(config(decoder="ssd"), SSD_SPECS, (W, H)).decoder == "ssd"

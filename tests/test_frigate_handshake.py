@@ -33,7 +33,7 @@ pytest.importorskip("onnx", reason="model transfer checks graphs with onnx")
 PERSON = ROOT / "models" / "person" / "ssdlite-fp32.onnx"
 DIGITS = ROOT / "models" / "digits-det" / "det-fp32.onnx"
 SENT = ("yologeneric", "yologeneric-rows", "yolo-anchors", "yolonas", "yolox", "dfine",
-        "rfdetr", "person", "digits")
+        "rfdetr", "ssd-openvino", "person", "digits")
 # slow shared CI cores: inference waits are generous here; the 200 ms client has its own test
 WAIT_MS = 20000
 

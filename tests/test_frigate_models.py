@@ -29,6 +29,8 @@ onnx = pytest.importorskip("onnx")
     ("yolo-anchors", "yologeneric", "yolo-anchors", "yolo-anchors"),
     ("yolonas", "yolonas", "yolonas", "yolonas"), ("yolox", "yolox", "yolox", "yolox"),
     ("dfine", "dfine", "dfine", "dfine"), ("rfdetr", "rfdetr", "rfdetr", "rfdetr"),
+    # OpenVINO's DetectionOutput [1, 1, N, 7]: Frigate's ssd; the decoder reads it by shape
+    ("ssd-openvino", "ssd", "ssd", "ssd"),
 ])
 def test_each_graph_is_told_its_type_and_pinning_it_agrees(key: str, model_type: str,
                                                            decoder: str, pinned: str) -> None:

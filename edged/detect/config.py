@@ -14,8 +14,9 @@ from edged.detect.labels import read_labels_file
 from edged.schema import Table, positive
 
 DECODERS = ("yolov8", "yolov5", "end2end", "ssd", "yolox", "yolonas", "yolo-anchors", "dfine",
-            "rfdetr")
-# "yolo" (DESIGN.md's name) picks yolov8 or yolov5 from the output's shape at load.
+            "rfdetr", "detection-output")
+# "yolo" (DESIGN.md's name) picks yolov8 or yolov5 from the output's shape at load; "ssd"
+# reads OpenVINO's one-output [B, 1, N, 7] as "detection-output" (edged/detect/outputs.py).
 AUTO_DECODERS = ("yolo",)
 # Names users will type for the same layouts (DESIGN.md says "yolo-end2end").
 ALIASES = {"yolo11": "yolov8", "yolov11": "yolov8", "yolov7": "yolov5",
@@ -27,10 +28,12 @@ MAX_DET_CAP = 1000  # per-request max_det may not exceed this (reply size stays 
 
 # Box conventions each layout has unless the config overrides them.
 DEFAULT_BOX_FORMAT = {"yolo": "pixels", "yolov8": "pixels", "yolov5": "pixels", "yolox": "pixels",
-                      "end2end": "pixels", "ssd": "normalized", "yolonas": "pixels"}
-DEFAULT_BOX_ORDER = {"end2end": "xyxy", "ssd": "yxyx", "yolonas": "xyxy"}
+                      "end2end": "pixels", "ssd": "normalized", "yolonas": "pixels",
+                      "detection-output": "normalized"}
+DEFAULT_BOX_ORDER = {"end2end": "xyxy", "ssd": "yxyx", "yolonas": "xyxy",
+                     "detection-output": "xyxy"}
 #: layouts whose graph (or whose set prediction) already leaves one box per object
-NMS_IN_GRAPH = ("end2end", "ssd", "yolonas", "dfine", "rfdetr")
+NMS_IN_GRAPH = ("end2end", "ssd", "yolonas", "dfine", "rfdetr", "detection-output")
 
 
 def _unit(v: float) -> str | None:

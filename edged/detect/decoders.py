@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edged.detect.anchors import decode_yolo_anchors
+from edged.detect.detection_output import decode_detection_output
 from edged.detect.detr import decode_dfine, decode_rfdetr
 from edged.detect.nms import Candidates
 
@@ -169,5 +170,6 @@ DECODE: dict[str, Decoder] = {
     "yolo-anchors": decode_yolo_anchors,
     "dfine": decode_dfine,
     "rfdetr": decode_rfdetr,
+    "detection-output": decode_detection_output,
 }
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from edged.detect import detection_output
 from edged.detect.decoders import yolox_grid
 from edged.errors import ArtifactError
 
@@ -50,19 +51,25 @@ _EXPECTED = {
     "yolox": "one float output [B, N, 5+C] (raw head: x, y, log w, log h, objectness, C scores; "
              "N = the cells at strides 8, 16, 32)",
     "end2end": "one float output [B, N, 6] (x1, y1, x2, y2, score, class per row)",
-    "ssd": "4 outputs num [B], boxes [B, N, 4], scores [B, N], classes [B, N]",
+    "ssd": "4 outputs num [B], boxes [B, N, 4], scores [B, N], classes [B, N] (TF Object "
+           "Detection API), or one output [1, 1, N, 7] (OpenVINO's DetectionOutput)",
     "yolonas": "one float output [B, N, 7] (batch, x1, y1, x2, y2, score, class per row)",
     "yolo-anchors": "3 float outputs [B, 3*(5+C), H/8, W/8], [B, 3*(5+C), H/16, W/16], "
                     "[B, 3*(5+C), H/32, W/32]",
     "dfine": "3 outputs labels [B, N], boxes [B, N, 4] (x1, y1, x2, y2), scores [B, N]",
     "rfdetr": "2 outputs dets [B, N, 4] (cx, cy, w, h normalised) and labels [B, N, 1+C] "
               "(logits)",
+    "detection-output": "one float output [1, 1, N, 7] (image_id, label, conf, x_min, y_min, "
+                        "x_max, y_max normalised; image_id -1 ends the rows)",
 }
 _SSD_KEYS = ("num", "box", "score", "class")
 
 
 def resolve_decoder(decoder: str, specs: Sequence[OutputSpec]) -> str:
-    """``yolo`` -> ``yolov8`` for ``[B, 4+C, N]`` or ``yolov5`` for ``[B, N, 5+C]``."""
+    """``yolo`` -> ``yolov8`` for ``[B, 4+C, N]`` or ``yolov5`` for ``[B, N, 5+C]``;
+    ``ssd`` -> ``detection-output`` for OpenVINO's one output ``[B, 1, N, 7]``."""
+    if decoder == "ssd" and detection_output.is_layout(specs):
+        return detection_output.NAME
     if decoder != "yolo":
         return decoder
     s = specs[0] if specs else None
@@ -84,9 +91,13 @@ def check_outputs(decoder: str, specs: Sequence[OutputSpec], *, input_size: tupl
     prototypes, are ignored). ``num_labels`` (when labels are known) must equal C.
     ``names`` picks the ssd outputs when their names do not say which is which.
     """
+    if decoder == "ssd" and names is None:
+        decoder = resolve_decoder(decoder, specs)
     expected = _EXPECTED[decoder]
     if decoder == "ssd":
         return _check_ssd(specs, expected, names)
+    if decoder == detection_output.NAME:
+        return _check_detection_output(specs, expected)
     if decoder == "yolo-anchors":
         return _check_anchors(specs, expected, input_size, num_labels)
     if decoder in ("dfine", "rfdetr"):
@@ -161,6 +172,18 @@ def _check_ssd(specs: Sequence[OutputSpec], expected: str,
     if np.dtype(boxes.dtype).kind != "f" or np.dtype(scores.dtype).kind != "f":
         raise _problem("ssd", expected, specs, "boxes and scores must be float")
     return tuple(s.name for s in chosen)
+
+
+def _check_detection_output(specs: Sequence[OutputSpec], expected: str) -> tuple[str, ...]:
+    name = detection_output.NAME
+    if len(specs) != 1:
+        raise _problem(name, expected, specs, f"the model has {len(specs)} outputs, not 1")
+    s = specs[0]
+    if len(s.shape) != 4 or np.dtype(s.dtype).kind != "f":
+        raise _problem(name, expected, specs, f"output {s.name!r} is not a rank-4 float tensor")
+    if _dim(s, 3) not in (None, detection_output.WIDTH) or _dim(s, 1) not in (None, 1):
+        raise _problem(name, expected, specs, f"output {s.name!r} is not [B, 1, N, 7]")
+    return (s.name,)
 
 
 def _check_anchors(specs: Sequence[OutputSpec], expected: str, input_size: tuple[int, int],

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from edged.detect import detection_output
 from edged.detect.config import MAX_DET_CAP, PostprocessConfig
 from edged.detect.decoders import DECODE, DecodeParams, yolox_grid
 from edged.detect.geometry import Transform, fit
@@ -122,14 +123,18 @@ class Postprocessor:
         """
         arrays = [np.asarray(outputs[n]) for n in self.output_names]
         n = len(transforms)
-        if any(a.shape[0] < n for a in arrays):
+        if self.decoder == detection_output.NAME:  # one tensor for the batch, by image_id
+            images = [[rows] for rows in detection_output.split_batch(arrays[0], n)]
+        elif any(a.shape[0] < n for a in arrays):
             raise ValueError(f"outputs have batch {[a.shape[0] for a in arrays]}; "
                              f"{n} transforms given")
+        else:
+            images = [[a[i] for a in arrays] for i in range(n)]
         opts = options if options is not None else [self.defaults] * n
         cfg = self.cfg
         results = []
         for i, tf in enumerate(transforms):
-            per_image = [_float32(a[i]) for a in arrays]
+            per_image = [_float32(a) for a in images[i]]
             o = opts[i]
             c = select(self._decode(per_image, o.conf, self.params), conf=o.conf, iou=o.iou,
                        max_det=o.max_det, agnostic=cfg.agnostic, classes=o.classes,

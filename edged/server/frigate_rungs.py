@@ -1,10 +1,13 @@
-"""Builds the INT8 rung of a model Frigate sent, in the background, and reports on it.
+"""Builds the rungs of a model Frigate sent, in the background, and reports on them.
 
-Why a room of its own: the build is a child process (``edged.frigate_ladder``) at the
-lowest priority on one core, started once an endpoint's ring holds enough frames
-Frigate sent; this module starts it, turns its progress lines into the endpoint's entry
-in ``edged status`` (``frigate_rungs``) and the log, and hands an accepted rung back to
-``frigate_manage`` to be offered to the governor. Nothing here touches a request.
+Why a room of its own: the build is a child process (``edged.frigate_rung_build``: an ONNX
+Runtime INT8 rung, and with OpenVINO installed its FP32 and INT8 rungs) at the lowest
+priority on one core, started once an endpoint's ring holds enough frames Frigate sent;
+this module starts it, turns its progress lines and its outcome (the ladder, each rung
+accepted, refused, skipped or left off, and why) into the endpoint's entry in ``edged
+status`` (``frigate_rungs``) and the log, and hands a ladder with more than the served
+model back to ``frigate_sent`` to be offered to the governor. Nothing here touches a
+request.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from edged.frigate_ladder import FrameRing
+from edged.frigate_ladder import TOP, FrameRing, ladder_path
 from edged.server.state import ServerState
 
 log = logging.getLogger("edged.frigate")
@@ -36,6 +39,41 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+def outcome(record: dict[str, Any], variants: list[str] | None = None) -> dict[str, Any]:
+    """A build's record (``edged.frigate_ladder``'s ladder file) as the endpoint's status
+    entry: the state, the ladder, each rung's fate and why, and one line of it all."""
+    ladder = list(record.get("ladder") or [TOP])
+    rungs: dict[str, Any] = {}
+    off = record.get("off") or {}
+    for key, rec in (record.get("rungs") or {}).items():
+        if key in ladder:
+            fate = {"state": "on the ladder", "check": rec.get("check")}
+        elif rec.get("accepted"):
+            fate = {"state": "not on the ladder", "reason": off.get(key, "")}
+        else:
+            fate = {"state": "skipped" if rec.get("skipped") else "refused",
+                    "reason": rec.get("error")}
+        speed = rec.get("speed") or {}
+        if speed.get("latency_ms_p50") is not None:
+            fate["latency_ms_p50"] = speed["latency_ms_p50"]
+        rungs[key] = fate
+    if TOP not in ladder and TOP in off:
+        rungs[TOP] = {"state": "not on the ladder", "reason": off[TOP]}
+    parts = [" > ".join(ladder)]
+    parts += [f"{k} {f['state']}" + (f" ({f['reason']})" if f.get("reason") else "")
+              for k, f in rungs.items() if f["state"] != "on the ladder"]
+    if record.get("error"):
+        parts.append(str(record["error"]))
+    entry: dict[str, Any] = {
+        "state": "offered" if ladder != [TOP] else "refused", "ladder": ladder,
+        "rungs": rungs, "build_s": record.get("build_s"), "progress": "; ".join(parts)[:600]}
+    if variants is not None:
+        entry["variants"] = variants
+    if entry["state"] == "refused":
+        entry["error"] = entry["progress"]
+    return entry
+
+
 class Rungs:
     def __init__(self, state: ServerState) -> None:
         self.state = state
@@ -44,36 +82,54 @@ class Rungs:
         self.state.frigate_rungs[address] = {**self.state.frigate_rungs.get(address, {}),
                                              **entry, "at": round(time.time(), 1)}
 
+    def restored(self, address: str, served: Path, variants: list[str]) -> None:
+        """A model whose rungs were built before (a restart, a re-served model): its
+        status entry from the stored record, no build (blocking: reads a file)."""
+        try:
+            record = json.loads(ladder_path(served).read_text())
+        except (OSError, ValueError):
+            record = {"ladder": [TOP, "int8"] if len(variants) > 1 else [TOP]}
+        self.status(address, model=served.name, **outcome(record, variants))
+
     async def build(self, address: str, served: Path, model_type: str, color: str,
                     ring: FrameRing, offer: Callable[[], Awaitable[str | None]]) -> None:
-        """Build and check the rung of ``served`` from ``ring``; on success ``offer`` it."""
-        self.status(address, state="building", model=served.name, frames=len(ring))
-        log.info("frigate %s: building an INT8 rung for %s from %d frames Frigate sent "
-                 "(background, nice 19, one core)", address, served.name, len(ring))
+        """Build, check and time the rungs of ``served`` from ``ring``; ``offer`` the
+        ladder when it has more than the served model."""
+        self.status(address, state="building", model=served.name, frames=len(ring),
+                    error=None)
+        log.info("frigate %s: building rungs (INT8, and OpenVINO's when it is installed) "
+                 "for %s from %d frames Frigate sent (background, nice 19, one core)",
+                 address, served.name, len(ring))
         with tempfile.TemporaryDirectory(prefix="edged-rung-") as tmp:
             frames = Path(tmp) / "frames.npz"
             await asyncio.to_thread(ring.save, frames)
             record = await self._run(address, served, frames, model_type, color, Path(tmp))
-        if not record.get("accepted"):
-            self.status(address, state="refused", error=record.get("error"))
-            log.warning("frigate %s: INT8 rung refused: %s", address, record.get("error"))
+        entry = outcome(record)
+        for key, fate in entry["rungs"].items():
+            if fate["state"] == "on the ladder":
+                log.info("frigate %s: rung %s accepted (%s)", address, key, fate.get("check"))
+            else:
+                log.warning("frigate %s: rung %s %s: %s", address, key, fate["state"],
+                            fate.get("reason"))
+        if entry["state"] != "offered":
+            self.status(address, **entry)
+            log.warning("frigate %s: no rung offered: %s", address, entry["progress"])
             return
         err = await offer()
         if err:
-            self.status(address, state="failed", error=err)
-            log.error("frigate %s: INT8 rung built but not offered: %s", address, err)
+            self.status(address, **{**entry, "state": "failed", "error": err})
+            log.error("frigate %s: rungs built but not offered: %s", address, err)
             return
-        self.status(address, state="offered", build_s=record.get("build_s"),
-                    check=record.get("check"))
-        log.info("frigate %s: INT8 rung accepted (%s) and offered to the governor", address,
-                 record.get("check"))
+        self.status(address, **entry)
+        log.info("frigate %s: ladder %s offered to the governor", address,
+                 " > ".join(entry["ladder"]))
 
     async def _run(self, address: str, served: Path, frames: Path, model_type: str,
                    color: str, cwd: Path) -> dict[str, Any]:
         """The child runs in ``cwd`` (a temporary folder): ONNX Runtime's quantizer leaves
         files in its working directory."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "edged.frigate_ladder", str(served), str(frames),
+            sys.executable, "-m", "edged.frigate_rung_build", str(served), str(frames),
             "--model-type", model_type, "--color", color, "--low-priority",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(cwd),
             env=_child_env())
@@ -87,7 +143,7 @@ class Rungs:
                 last = line
                 if not line.startswith("{"):
                     self.status(address, progress=line[:200])
-                    log.info("frigate %s: INT8 rung: %s", address, line[:200])
+                    log.info("frigate %s: rungs: %s", address, line[:200])
             await proc.wait()
         except asyncio.CancelledError:  # the daemon stops: so does the build
             proc.kill()
@@ -96,6 +152,6 @@ class Rungs:
         try:
             record = json.loads(last)
         except ValueError:
-            record = {"accepted": False, "error": f"the build exited {proc.returncode}: "
+            record = {"ladder": [TOP], "error": f"the build exited {proc.returncode}: "
                       f"{last[:300]}"}
-        return record if isinstance(record, dict) else {"accepted": False, "error": last}
+        return record if isinstance(record, dict) else {"ladder": [TOP], "error": last}

@@ -23,7 +23,7 @@ import numpy as np
 
 from edged.errors import EdgedError, InvalidArgument, Unavailable
 from edged.frigate_config import FrigateConfig
-from edged.frigate_ladder import FrameRing, accepted
+from edged.frigate_ladder import FrameRing, built, with_rungs
 from edged.frigate_models import ModelRefused, check_model, model_config, normalize_type
 from edged.frigate_protocol import FrigateRequest, data_answer, request_answer
 from edged.inputs import Prepared
@@ -179,12 +179,11 @@ class SentModels:
             return f"edged stored {stored.name!r} but could not load it: {exc}"
         for m in self.state.registry.replace({e.cfg.model: model}, []):
             self.state.spawn(_retire(m))
-        rung = len(model.cfg.variants) > 1
-        ring = FrameRing(e.cfg.int8_frames) if e.cfg.int8_rung and not rung else None
+        done = await asyncio.to_thread(built, path)  # rungs built before: no new build
+        ring = FrameRing(e.cfg.int8_frames) if e.cfg.int8_rung and not done else None
         e.served = _Served(stored, model_type, path, ring, fits=fits)
-        if rung:
-            self.rungs.status(e.address, state="offered", model=path.name,
-                              variants=model.variant_names)
+        if done:
+            await asyncio.to_thread(self.rungs.restored, e.address, path, model.variant_names)
         await asyncio.to_thread(self.store.served_by, e.address, stored.name)
         return None
 
@@ -206,8 +205,8 @@ class SentModels:
                 path = stored.path.with_suffix(".serve.onnx")
                 if not path.is_file():
                     atomic_write(path, checked.adapted)
-            mc = model_config(e.cfg.model, stored.name, path, checked, e.cfg.input_pixel_format,
-                              rung=accepted(path))
+            mc = with_rungs(model_config(e.cfg.model, stored.name, path, checked,
+                                         e.cfg.input_pixel_format), path)
             return mc, checked.model_type, path, checked.fits
 
         mc, model_type, path, fits = await asyncio.to_thread(prepare)

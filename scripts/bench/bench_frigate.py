@@ -237,7 +237,7 @@ def plugin_main(args: argparse.Namespace) -> int:
             rung = wait_for_rung(d, sent)
             figures["int8_rung"] = rung
             print(f"int8 rung: {rung.get('state')} build_s {rung.get('build_s')} "
-                  f"{rung.get('check') or rung.get('error') or ''}", flush=True)
+                  f"{rung.get('progress') or rung.get('error') or ''}", flush=True)
             if rung.get("state") == "offered":
                 d.ctl({"op": "level", "level": "warm"})
                 name = f"frigate@{sent}"

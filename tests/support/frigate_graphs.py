@@ -213,6 +213,28 @@ def rfdetr() -> Graph:
                  _want(0, float(1 / (1 + np.exp(-3.0))), BOX, SIZE))
 
 
+def ssd_openvino() -> Graph:
+    """An SSD as OpenVINO's model zoo exports it (Frigate's SSDLite for its OpenVINO
+    detector): uint8 ``image_tensor [1,300,300,3]`` -> one ``DetectionOutput``
+    ``[1, 1, 100, 7]``: image_id, label (TF COCO ids, 1 = person), conf, x_min, y_min,
+    x_max, y_max normalised; a background row, then the -1 row that ends the list."""
+    from onnx import TensorProto, helper
+
+    size = 300
+    out = np.zeros((1, 1, 100, 7), np.float32)
+    x1, y1, x2, y2 = (np.array(BOX) * size / SIZE).tolist()
+    out[0, 0, 0] = (0, 0, 0.95, 0.0, 0.0, 0.5, 0.5)  # label 0: background, never a detection
+    out[0, 0, 1] = (0, 1, SCORE, x1 / size, y1 / size, x2 / size, y2 / size)
+    out[0, 0, 2] = (-1, 0, 0, 0, 0, 0, 0)
+    out[0, 0, 3] = (0, 3, 0.99, 0.1, 0.1, 0.2, 0.2)  # after the end: padding, never read
+    nodes, inits = _const_outputs("image_tensor", False, {"detection_out": out})
+    data = _model([_image("image_tensor", (1, size, size, 3), TensorProto.UINT8)],
+                  [helper.make_tensor_value_info("detection_out", TensorProto.FLOAT,
+                                                 list(out.shape))], nodes, inits)
+    return Graph("ssd", data, (1, size, size, 3), "uint8", _want(0, SCORE, (x1, y1, x2, y2),
+                                                                   size))
+
+
 ALL = {"yologeneric": yologeneric, "yologeneric-rows": yologeneric_rows,
        "yolo-anchors": yolo_anchors, "yolonas": yolonas,
-       "yolox": yolox, "dfine": dfine, "rfdetr": rfdetr}
+       "yolox": yolox, "dfine": dfine, "rfdetr": rfdetr, "ssd-openvino": ssd_openvino}

@@ -1,0 +1,314 @@
+"""Builds the rungs of a model Frigate sent, checks and times them, and orders the ladder.
+
+Why a process of its own: quantizing is minutes of CPU, so it runs as ``python -m
+edged.frigate_rung_build`` at the lowest priority on one core (``frigate_rungs`` in the
+daemon starts it and reads its progress lines), never in the serving process.
+
+What it does, for each rung of ``edged.frigate_ladder.RUNGS``: the ``int8`` rung is ONNX
+Runtime static QDQ, Conv only, as ``edged compile`` does for detectors, calibrated on the
+first frames; with OpenVINO importable the ``ov-fp32`` and ``ov-int8`` rungs are the
+served graph and the QDQ model as OpenVINO IR with the weights as they are, as the
+compile pipeline's ``openvino`` step writes them (without OpenVINO they are skipped,
+saying why). Each is accepted only by ``edged.verify``'s task-level check (matched boxes
+against the served fp32 model, on this device) on *other* frames than the calibration
+ones. The accepted ones and the served model are then timed at batch 1 on the build's
+core, in turns (so load from elsewhere hits them alike), and ordered by
+``edged.compile.ladder.plan``, the rule of ``edged compile``'s ladders: heaviest first,
+each rung measurably cheaper than the one above (>= 1.15x), variants of equal precision
+competing for one rung (the fastest wins). Every outcome is written beside the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edged.frigate_ladder import (
+    CALIBRATION_SHARE,
+    RUNGS,
+    TOP,
+    artifact,
+    ladder_path,
+    openvino_missing,
+    record_path,
+    variant,
+)
+
+#: timing the ladder: rounds in turns, and per round and variant one short measure
+#: (``bench.ROUNDS`` sub-rounds) of at most this many runs and seconds, at batch 1
+TIMING_ROUNDS = 3
+TIMING_RUNS = 15
+TIMING_BUDGET_S = 1.0
+#: above this model size the variants are timed one open at a time (memory)
+INTERLEAVE_MAX_BYTES = 64 << 20
+
+
+def build_and_check(src: Path, frames: np.ndarray, model_type: str | None, color: str,
+                    say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Build every rung this machine can run, check each on the held-out frames, time the
+    accepted ones and order the ladder; the record of what happened (also on disk)."""
+    from edged.frigate_models import check_model
+
+    checked = check_model(src.read_bytes(), model_type)
+    n_cal = max(1, int(len(frames) * CALIBRATION_SHARE))
+    calib, held = frames[:n_cal], frames[n_cal:]
+    if len(held) == 0:
+        raise ValueError(f"{len(frames)} frames leave none to check the rungs on")
+    from edged.model_store import atomic_write
+
+    records: dict[str, dict[str, Any]] = {}
+    t0 = time.perf_counter()
+    with _Checker(src, checked, color, held) as checker:
+        for key in RUNGS:
+            records[key] = _one(src, key, calib, checked, checker, records, say)
+        ladder, off, best_ms = _order(records, checker, say)
+    for key, rec in records.items():  # with their speeds; the ladder file is written last
+        atomic_write(record_path(src, key), json.dumps(rec).encode())
+    doc = {"ladder": ladder, "off": off, "best_round_ms": best_ms, "rungs": records,
+           "build_s": round(time.perf_counter() - t0, 2),
+           "calibration_frames": len(calib), "check_frames": len(held)}
+    say(f"ladder: {' > '.join(ladder)}")
+    return doc
+
+
+def _one(src: Path, key: str, calib: np.ndarray, checked: Any, checker: _Checker,
+         done: dict[str, dict[str, Any]], say: Callable[[str], None]) -> dict[str, Any]:
+    """Build and check rung ``key``: its record (refused or skipped with the reason)."""
+    r = RUNGS[key]
+    base = {"rung": key, "backend": r.backend, "precision": r.precision, "accepted": False}
+    if r.backend == "openvino":
+        missing = openvino_missing(load=True)
+        if missing:
+            say(f"{key}: skipped: {missing}")
+            return {**base, "skipped": True, "error": missing}
+    if key == "ov-int8" and not done.get("int8", {}).get("quantized"):
+        why = "no QDQ model to read (the int8 rung's quantization did not run)"
+        return {**base, "skipped": True, "error": why}
+    try:
+        t0 = time.perf_counter()
+        if key == "int8":
+            say(f"int8: calibrating on {len(calib)} frames")
+            _quantize(src, artifact(src, key), checked, calib)
+            base["quantized"] = True
+        else:
+            say(f"{key}: writing OpenVINO IR")
+            _save_ir(artifact(src, "int8") if key == "ov-int8" else src, artifact(src, key))
+        base["build_s"] = round(time.perf_counter() - t0, 2)
+        say(f"{key}: built in {base['build_s']:.1f} s; checking on {checker.count} other "
+            "frames")
+        report = checker.check(variant(checker.top, src, key, threads=1))
+    except Exception as e:  # the refusal is the outcome, recorded
+        say(f"{key}: refused: {type(e).__name__}: {e}"[:300])
+        return {**base, "error": f"{type(e).__name__}: {e}"[:2000]}
+    say(f"{key}: check passed: {report}")
+    return {**base, "accepted": True, "check": report}
+
+
+def _quantize(src: Path, out: Path, checked: Any, calib: np.ndarray) -> None:
+    from edged.compile.ort_steps import to_int8_static
+
+    tmp = out.with_name(out.name + ".tmp")
+    to_int8_static(src, tmp, checked.image.name, calib, batch=1, progress=False,
+                   op_types=["Conv"])
+    tmp.replace(out)
+
+
+def _save_ir(model: Path, xml: Path) -> None:
+    """ONNX -> IR ``.xml`` + ``.bin`` with the weights as they are (``save_model`` would
+    compress them to fp16), as ``edged.compile.openvino_steps`` writes its rungs. Written
+    under temporary names and renamed, ``.bin`` first: an ``.xml`` is never beside a
+    half-written ``.bin`` (OpenVINO finds the weights by the ``.xml``'s name)."""
+    from edged.backends.openvino import import_openvino
+
+    ov = import_openvino()
+    tmp = xml.with_name(f".{xml.stem}.tmp.xml")
+    ov.save_model(ov.Core().read_model(str(model)), str(tmp), compress_to_fp16=False)
+    tmp.with_suffix(".bin").replace(xml.with_suffix(".bin"))
+    tmp.replace(xml)
+
+
+def _order(records: dict[str, dict[str, Any]], checker: _Checker,
+           say: Callable[[str], None]) -> tuple[list[str], dict[str, str], dict[str, float]]:
+    """Time the served model and the accepted rungs, then ``edged compile``'s ladder rule:
+    the ladder, why each other variant is off it, each one's best round (ms at batch 1)."""
+    from edged.compile.ladder import plan
+
+    keys = [TOP, *[k for k, rec in records.items() if rec.get("accepted")]]
+    if len(keys) == 1:
+        return [TOP], {}, {}
+    variants = {k: checker.top if k == TOP else variant(checker.top, checker.src, k, threads=1)
+                for k in keys}
+    speeds, failed = checker.time(variants)
+    for key, why in failed.items():
+        records[key].update(accepted=False, error=f"could not be timed: {why}"[:2000])
+    timed = []
+    for key, speed in speeds.items():
+        say(f"{key}: best round {min(r['latency_ms_p50'] for r in speed['rounds']):.3f} ms "
+            "at batch 1")
+        if key != TOP:
+            records[key]["speed"] = speed
+        timed.append({"name": key, "precision": "fp32" if key == TOP else
+                      RUNGS[key].precision, "speed": speed})
+    rungs, off = plan(timed)
+    return [str(e["name"]) for e in rungs], off, {
+        str(e["name"]): min(r["latency_ms_p50"] for r in e["speed"]["rounds"]) for e in timed}
+
+
+class _Checker:
+    """The served fp32 model opened once as the reference, the held frames recorded as
+    served inputs, and each candidate checked and timed against it."""
+
+    def __init__(self, src: Path, checked: Any, color: str, held: np.ndarray) -> None:
+        from edged.frigate_models import model_config
+
+        self.src = src
+        self.count = len(held)
+        base = model_config("check", "fp32", src, checked, color)
+        fp32 = base.variants[0]
+        self.top = replace(fp32, options=replace(fp32.options, threads=1))
+        self.cfg = replace(base, variants=(self.top,))
+        self.name = checked.image.name
+        self.held = held
+        self.ref: Any = None
+
+    def __enter__(self) -> _Checker:
+        self.ref = self._open(self.top, 0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.ref is not None:
+            self.ref.backend.close()
+
+    def _open(self, v: Any, index: int) -> Any:
+        from edged.detect.head import build_postprocessor
+        from edged.variants import open_variant
+
+        assert self.cfg.preprocess is not None and self.cfg.postprocess is not None
+        loaded = open_variant("check", index, v, 1)
+        try:
+            loaded.post = build_postprocessor(self.cfg.postprocess, self.cfg.preprocess,
+                                              loaded.backend, v.path, self.name)
+        except Exception:
+            loaded.backend.close()
+            raise
+        return loaded
+
+    def check(self, cand: Any) -> str:
+        """edged.verify's own check of ``cand`` against the reference on the held frames."""
+        from edged.preprocess import Preprocessor
+        from edged.verify.verifier import Verifier
+
+        cfg = replace(self.cfg, variants=(self.top, cand))
+        assert cfg.preprocess is not None
+        verifier = Verifier(cfg, Preprocessor(cfg.preprocess))
+        for frame in self.held:
+            verifier.record({self.name: frame[None]})
+        opened = self._open(cand, 1)
+        try:
+            spec = next(s for s in self.ref.backend.inputs if s.name == self.name)
+            ref = verifier.reference(1, spec, lambda job: job(self.ref))
+            return verifier.check(opened, ref)
+        finally:
+            opened.backend.close()
+
+    def time(self, variants: dict[str, Any]) -> tuple[dict[str, dict[str, Any]],
+                                                      dict[str, str]]:
+        """Batch-1 speed of each variant on this core: ``TIMING_ROUNDS`` short
+        ``edged.compile.bench`` measures each, taken in turns so load from elsewhere hits
+        them alike (one variant open at a time, round after round, for a model over
+        ``INTERLEAVE_MAX_BYTES``: all open at once would not fit a small device's memory).
+        ``(speeds, {key: why})`` for a variant that failed to open or run."""
+        from edged.compile.bench import measure
+
+        rounds: dict[str, list[dict[str, Any]]] = {k: [] for k in variants}
+        failed: dict[str, str] = {}
+
+        def run(key: str, o: Any) -> None:
+            try:
+                rounds[key].append(measure(o.backend, 1, runs=TIMING_RUNS,
+                                           budget_s=TIMING_BUDGET_S, threads=1).to_json())
+            except Exception as e:
+                failed[key] = f"{type(e).__name__}: {e}"
+
+        together = self.src.stat().st_size <= INTERLEAVE_MAX_BYTES
+        groups = [list(variants)] if together else [[k] for k in variants]
+        for group in groups:
+            opened: dict[str, Any] = {}
+            try:
+                for key in group:
+                    v = variants[key]
+                    try:
+                        opened[key] = self.ref if v is self.top else self._open(v, 1)
+                    except Exception as e:
+                        failed[key] = f"{type(e).__name__}: {e}"
+                for _ in range(TIMING_ROUNDS):
+                    for key, o in opened.items():
+                        if key not in failed:
+                            run(key, o)
+            finally:
+                for o in opened.values():
+                    if o is not self.ref:
+                        o.backend.close()
+        if TOP in failed:
+            raise RuntimeError(f"the served model could not be timed: {failed[TOP]}")
+        speeds = {}
+        for key, parts in rounds.items():
+            if key in failed or not parts:
+                continue
+            best = min(parts, key=lambda p: p["latency_ms_p50"])
+            speeds[key] = {**best, "rounds": [r for part in parts for r in part["rounds"]],
+                           "runs": sum(p["runs"] for p in parts)}
+        return speeds, failed
+
+
+def lowest_priority_one_core() -> None:
+    """nice 19 and (where the OS has it) one CPU: the build never competes with serving.
+    Done by the child itself (a ``preexec_fn`` is unsafe in the threaded daemon)."""
+    import os
+
+    os.nice(19)
+    if hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[-1]})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m edged.frigate_rung_build SRC FRAMES.npz`` (the daemon runs it); progress on
+    stdout, the record as the last line (JSON) and in ``<sha>.ladder.json``."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("src", type=Path)
+    ap.add_argument("frames", type=Path)
+    ap.add_argument("--model-type", default=None)
+    ap.add_argument("--color", default="rgb", choices=("rgb", "bgr"))
+    ap.add_argument("--low-priority", action="store_true", help="nice 19 on one CPU")
+    args = ap.parse_args(argv)
+    if args.low_priority:
+        lowest_priority_one_core()
+
+    def say(msg: str) -> None:
+        print(msg, flush=True)
+
+    try:
+        with np.load(args.frames, allow_pickle=False) as z:
+            frames = z["frames"]
+        record = build_and_check(args.src, frames, args.model_type, args.color, say)
+    except Exception as e:  # the refusal is the outcome, recorded
+        record = {"ladder": [TOP], "off": {}, "rungs": {},
+                  "error": f"{type(e).__name__}: {e}"[:2000]}
+    from edged.model_store import atomic_write
+
+    atomic_write(ladder_path(args.src), json.dumps(record).encode())
+    print(json.dumps(record), flush=True)
+    return 0 if len(record["ladder"]) > 1 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
