@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -162,6 +161,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from edged.backends.load import preopen
 
     preopen(cfg.models)  # while the server's modules import (edged.backends.load)
+    import asyncio
+
     from edged.server import Server, StartupError
 
     try:

@@ -25,7 +25,7 @@ from edged.kserve.config import (
     parse_kserve,
     parse_offload,
 )
-from edged.preprocess import PreprocessConfig
+from edged.preprocess_config import PreprocessConfig
 from edged.schema import Table, non_negative, positive, raise_if_problems, zmq_endpoint
 from edged.verify.config import BY_PRECISION, ModelVerify, VariantVerify
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from edged.frigate_models import DECODER, normalize_type
+from edged.frigate_types import DECODER, normalize_type
 from edged.schema import Table, positive, zmq_endpoint
 
 if TYPE_CHECKING:

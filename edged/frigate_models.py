@@ -27,15 +27,11 @@ from edged.backends.base import TensorSpec
 from edged.detect.config import PostprocessConfig
 from edged.detect.outputs import OutputMismatch, check_outputs
 from edged.errors import ArtifactError
-from edged.preprocess import PreprocessConfig
+from edged.frigate_types import DECODER
+from edged.preprocess_config import PreprocessConfig
 
-#: Frigate's ``ModelTypeEnum`` names, as its plugin sends them -> edged's decoder
-DECODER = {"ssd": "ssd", "yolox": "yolox", "yolonas": "yolonas", "yologeneric": "yolov8",
-           "dfine": "dfine", "rfdetr": "rfdetr"}
 #: the order a graph is matched in when nobody says its type (most specific first)
 DETECT_ORDER = ("ssd", "dfine", "rfdetr", "yolonas", "yolox", "yologeneric")
-#: the config spelling (``yolo-generic``) and the enum's name both occur
-ALIASES = {"yolo-generic": "yologeneric", "yolo_generic": "yologeneric"}
 #: input size assumed for an image input whose height/width are dynamic
 DEFAULT_SIZE = {"ssd": 300, "dfine": 640, "yolox": 416}
 #: Frigate's documented input dtype per type: float inputs are 0..1 except YOLOX's 0..255
@@ -46,14 +42,6 @@ MIN_SCORE = 0.4
 
 class ModelRefused(ArtifactError):
     """A sent model edged will not serve; the message goes back to Frigate."""
-
-
-def normalize_type(model_type: object) -> str | None:
-    """Frigate's type name (``yologeneric`` for both spellings), or None if unknown."""
-    if not isinstance(model_type, str):
-        return None
-    t = ALIASES.get(model_type.lower(), model_type.lower())
-    return t if t in DECODER else None
 
 
 @dataclass(frozen=True)

@@ -8,74 +8,19 @@ one fused numpy expression for scale/mean/std, in the order models are trained w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import cv2
 import numpy as np
 
 from edged.errors import InvalidArgument
-from edged.schema import Table, positive
+from edged.preprocess_config import PreprocessConfig
 
+#: the names of ``INTERPOLATIONS`` as OpenCV's flags
 _INTERP = {
     "nearest": cv2.INTER_NEAREST,
     "linear": cv2.INTER_LINEAR,
     "area": cv2.INTER_AREA,
     "cubic": cv2.INTER_CUBIC,
 }
-COLORS = ("gray", "rgb", "bgr")
-
-
-@dataclass(frozen=True)
-class PreprocessConfig:
-    """``[models.preprocess]``: how an image becomes the model's input tensor."""
-
-    input: str | None  # model input it feeds; None = the first input
-    color: str  # colour order the model expects
-    raw_color: str  # colour order of raw 3-channel frames clients send (OpenCV: bgr)
-    width: int
-    height: int
-    interpolation: str
-    scale: float
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    layout: str  # NCHW | NHWC
-    dtype: str  # float32 | float16 | uint8
-
-    @classmethod
-    def from_table(cls, t: Table) -> PreprocessConfig:
-        color = t.get("color", str, "rgb", choices=COLORS)
-        channels = 1 if color == "gray" else 3
-        mean = t.get_list("mean", (int, float), [0.0] * channels) or [0.0] * channels
-        std = t.get_list("std", (int, float), [1.0] * channels) or [1.0] * channels
-        for key, vals in (("mean", mean), ("std", std)):
-            if len(vals) not in (1, channels):
-                t.problem(key, f"needs 1 or {channels} values for color {color!r}; got {vals}")
-        if any(s == 0 for s in std):
-            t.problem("std", "values must be non-zero")
-        cfg = cls(
-            input=t.get("input", str, None),
-            color=color,
-            raw_color=t.get("raw_color", str, "bgr", choices=("bgr", "rgb")),
-            width=t.get("width", int, check=positive),
-            height=t.get("height", int, check=positive),
-            interpolation=t.get("interpolation", str, "linear", choices=tuple(_INTERP)),
-            scale=t.get("scale", float, 1.0 / 255.0),
-            mean=tuple(float(m) for m in mean),
-            std=tuple(float(s) if s else 1.0 for s in std),
-            layout=t.get("layout", str, "NCHW", choices=("NCHW", "NHWC")),
-            dtype=t.get("dtype", str, "float32", choices=("float32", "float16", "uint8")),
-        )
-        t.done()
-        return cfg
-
-    @property
-    def channels(self) -> int:
-        return 1 if self.color == "gray" else 3
-
-    def output_shape(self) -> tuple[int, ...]:
-        if self.layout == "NCHW":
-            return (1, self.channels, self.height, self.width)
-        return (1, self.height, self.width, self.channels)
 
 
 def decode_image(data: bytes | memoryview, max_pixels: int,

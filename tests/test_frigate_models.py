@@ -16,7 +16,8 @@ from support.paths import ROOT
 from edged.detect.anchors import ANCHORS, STRIDES, decode_yolo_anchors
 from edged.detect.decoders import DecodeParams
 from edged.detect.detr import decode_rfdetr
-from edged.frigate_models import ModelRefused, check_model, normalize_type
+from edged.frigate_models import ModelRefused, check_model
+from edged.frigate_types import normalize_type
 from edged.model_store import ModelStore, check_name
 
 onnx = pytest.importorskip("onnx")

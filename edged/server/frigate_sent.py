@@ -24,8 +24,9 @@ import numpy as np
 from edged.errors import EdgedError, InvalidArgument, Unavailable
 from edged.frigate_config import FrigateConfig
 from edged.frigate_ladder import FrameRing, built, with_rungs
-from edged.frigate_models import ModelRefused, check_model, model_config, normalize_type
+from edged.frigate_models import ModelRefused, check_model, model_config
 from edged.frigate_protocol import FrigateRequest, data_answer, request_answer
+from edged.frigate_types import normalize_type
 from edged.inputs import Prepared
 from edged.model import Model
 from edged.model_store import ModelStore, StoredModel, atomic_write, default_state_dir
