@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,9 @@ class ShmSegment:
         self.name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
         self.path = SHM_DIR / self.name
         self.size = size
+        #: held by a read and by close: a large slot is read on the decode pool while the
+        #: loop may drop the ring, and a closed descriptor number can be reused at once
+        self._lock = threading.Lock()
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
         try:
             os.fchmod(self.fd, mode)  # open's mode is masked by the umask
@@ -75,14 +79,18 @@ class ShmSegment:
 
     def read_into(self, out: np.ndarray, offset: int) -> int:
         """Copy ``out.nbytes`` bytes from ``offset`` into ``out``; the bytes actually read
-        (fewer if the file was truncated under us)."""
+        (fewer if the file was truncated under us, -1 if the segment is closed). Any
+        thread."""
         view = memoryview(out).cast("B")
         got = 0
-        while got < view.nbytes:
-            n = os.preadv(self.fd, [view[got:]], offset + got)
-            if n <= 0:
-                break
-            got += n
+        with self._lock:
+            if self.fd < 0:
+                return -1
+            while got < view.nbytes:
+                n = os.preadv(self.fd, [view[got:]], offset + got)
+                if n <= 0:
+                    break
+                got += n
         return got
 
     def close(self) -> None:
@@ -90,9 +98,10 @@ class ShmSegment:
         try:
             self.path.unlink(missing_ok=True)
         finally:
-            if self.fd >= 0:
-                os.close(self.fd)
-                self.fd = -1
+            with self._lock:
+                if self.fd >= 0:
+                    os.close(self.fd)
+                    self.fd = -1
 
 
 class SlotRing:

@@ -28,7 +28,7 @@ from edged.protocol.request import ProtocolError, Request, decode_header, parse_
 from edged.server.admission import Admission, Ticket
 from edged.server.endpoints import send, split_envelope
 from edged.server.health import Health
-from edged.server.shm import ShmRings
+from edged.server.shm import Read, ShmRings
 from edged.server.state import ServerState
 from edged.thread_names import name_os_thread
 
@@ -103,24 +103,28 @@ class InferencePath:
         except EdgedError as e:
             self._refuse(sock, envelope, req.id, req.model, e)
             return
+        reads: list[Read] = []
         if req.shm_inputs:
             try:
-                self.shm.resolve(envelope[0], req)
+                reads = self.shm.plan(envelope[0], req)
+                if not Read.off_loop(reads):
+                    self.shm.read(reads)
+                    reads = []
             except EdgedError as e:
                 self.admission.fail(ticket, e)
                 return
         model = ticket.model
-        if model.needs_thread(req):
+        if reads or model.needs_thread(req):
             if self._decoding >= MAX_PENDING_DECODES:
-                # Decoded images are large: bound the backlog across all clients, not only
-                # per client, so a flood of JPEGs cannot fill a small device's memory.
+                # Decoded images (and large shm frames) are large: bound the backlog across
+                # all clients, not only per client, so a flood cannot fill a small device.
                 self.admission.fail(ticket, ResourceExhausted(
                     f"{self._decoding} images are waiting to be decoded; try again shortly"))
                 return
             self._decoding += 1
             try:
                 self._pre_pool.submit(self._prepare_off_loop, asyncio.get_running_loop(),
-                                      sock, ticket, req)
+                                      sock, ticket, req, reads)
             except RuntimeError:  # the pool is shut down: the daemon is stopping
                 self._decoding -= 1
                 self.admission.fail(ticket, Unavailable("the daemon is shutting down"))
@@ -134,11 +138,13 @@ class InferencePath:
                               quiet=self._quiet_on(sock))
 
     def _prepare_off_loop(self, loop: asyncio.AbstractEventLoop, sock: zmq.asyncio.Socket,
-                          ticket: Ticket, req: Request) -> None:
-        """On the decode pool: prepare, then one call back onto the loop. (No task and no
-        asyncio future per request: the same two thread hand-offs, less work on the loop.)"""
+                          ticket: Ticket, req: Request, reads: list[Read]) -> None:
+        """On the decode pool: read large shm slots, prepare, then one call back onto the
+        loop. (No task and no asyncio future per request: the same two thread hand-offs,
+        less work on the loop.)"""
         outcome: Any
         try:
+            self.shm.read(reads)
             outcome = ticket.model.prepare(req)
         except EdgedError as e:
             outcome = e
