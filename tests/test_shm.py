@@ -23,7 +23,8 @@ from support.paths import MODELS, ROOT
 from support.waits import wait_until
 
 from edged.client import AsyncClient, Client
-from edged.shm import SHM_DIR, available
+from edged.server.shm import OFF_LOOP_BYTES
+from edged.shm import SHM_DIR, align, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs /dev/shm")
 
@@ -138,6 +139,34 @@ def test_raw_uint8_frame_through_shm_is_preprocessed(daemon: Daemon) -> None:
         assert c.shm is not None and c.shm.ring is not None
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_a_frame_of_a_megabyte_or_more_is_read_off_the_loop_alike(daemon: Daemon) -> None:
+    """Slots of OFF_LOOP_BYTES or more are read on the decode pool: same answers, and a
+    segment truncated under such a read is that request's error alone."""
+    frame = np.load(MODELS / "validation.npz")["x"][0]
+    big = np.ascontiguousarray(np.kron(frame, np.ones((37, 37), np.uint8)))  # 1036x1036
+    assert big.nbytes >= OFF_LOOP_BYTES
+    with Client(daemon.ipc) as plain, Client(daemon.ipc, shm=True) as c:
+        want = plain.infer("digits", big).outputs
+        got = c.infer("digits", big).outputs
+        assert c.shm is not None and c.shm.ring is not None, c.shm.disabled
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    s = dealer(daemon.ipc)
+    try:
+        seg = ring(s, slots=1, slot_bytes=align(big.nbytes))["segment"]
+        write(seg, 0, big)
+        inp = shm_input(seg, big)
+        r = ask(s, {"model": "digits", "id": 9, "inputs": [inp]})
+        assert r["status"] == "OK", r
+        os.truncate(SHM_DIR / seg, big.nbytes // 2)
+        r = ask(s, {"model": "digits", "id": 10, "inputs": [inp]})
+        assert r["status"] == "INVALID_ARGUMENT" and "truncated" in r["error"], r
+        assert r["id"] == 10
+        assert ask(s, {"op": "health"})["status"] == "OK"
+    finally:
+        s.close()
 
 
 # -- every bad shm request gets its own answer ---------------------------------------------
