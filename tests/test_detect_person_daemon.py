@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from support.configs import person_config
 from support.daemons import Daemon, metrics
+from support.governor import one_step_warm
 from support.paths import ROOT
 from support.person import TRUE_BOX, iou, photo
 from support.waits import wait_until
@@ -154,18 +155,7 @@ def test_the_governor_steps_the_detector_down_its_ladder(make_daemon: Any,
     root = tmp_path / "sysfs"
     root.mkdir()
     cfg = person_config(tmp_path)
-    cfg.write_text(cfg.read_text() + f"""
-[governor]
-enabled = true
-sysfs_root = "{root}"
-interval_s = 0.2
-swap_min_interval_s = 0
-[[governor.levels]]
-name = "warm"
-enter_c = 70.0
-exit_c = 65.0
-ladder_steps = 1
-""")
+    cfg.write_text(cfg.read_text() + one_step_warm(root))
     d = make_daemon(cfg)
     _, jpeg = photo("grace_hopper")
     assert d.ctl({"op": "level", "level": "warm"})["status"] == "OK"

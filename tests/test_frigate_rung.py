@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from support.daemons import Daemon, free_port
+from support.governor import one_step_warm
 from support.paths import ROOT
 
 from edged.frigate_client import FrigateDetector
@@ -60,17 +61,7 @@ height = 28
 name = "fp32"
 backend = "onnxruntime"
 path = "{ROOT / 'models' / 'digits' / 'cnn-fp32.onnx'}"
-[governor]
-enabled = true
-sysfs_root = "{root}"
-interval_s = 0.2
-swap_min_interval_s = 0
-[[governor.levels]]
-name = "warm"
-enter_c = 70.0
-exit_c = 65.0
-ladder_steps = 1
-""")
+""" + one_step_warm(root))
     return p
 
 

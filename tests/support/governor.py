@@ -37,6 +37,24 @@ battery_below = 0.2
 ladder_steps = 2
 """
 
+
+
+def one_step_warm(sysfs_root: object) -> str:
+    """A ``[governor]`` table on a fake sysfs root: ticks every 0.2 s, no swap spacing,
+    one level (warm, 70 °C) one rung down."""
+    return f"""[governor]
+enabled = true
+sysfs_root = "{sysfs_root}"
+interval_s = 0.2
+swap_min_interval_s = 0
+[[governor.levels]]
+name = "warm"
+enter_c = 70.0
+exit_c = 65.0
+ladder_steps = 1
+"""
+
+
 _VAL = np.load(MODELS / "validation.npz")
 X = (_VAL["x"][:64].astype(np.float32) / 255.0)[:, None]
 Y = _VAL["y"][:64]
