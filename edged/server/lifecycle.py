@@ -106,7 +106,8 @@ class Server:
         try:
             await self._load(list(cfg.models), startup=True)
         finally:
-            await asyncio.to_thread(discard_preopened)
+            # What start-up did not take (may still be opening) is closed off READY's path.
+            loop.run_in_executor(None, discard_preopened)
         self._tasks.append(loop.create_task(self.health.watchdog_loop(), name="watchdog"))
         st.ready = True
         st.phase = "serving"
