@@ -39,7 +39,7 @@ def test_footprint_reports_start_idle_and_rss_with_bytecode_cached(tmp_path: Pat
     assert any("zmq" in p.parts for p in pycs)
     st = fp["startup"]
     assert len(st["ready_s"]) == 2 and all(r > 0 for r in st["ready_s"])
-    # The daemon's own figure starts after the interpreter and its imports.
+    # The daemon's own figure counts from its process's start, inside the Popen → ready span.
     assert all(0 < ms < r * 1000 for ms, r in zip(st["startup_ms"], st["ready_s"],
                                                   strict=True))
     idle = fp["idle"]["default"]

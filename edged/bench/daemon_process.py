@@ -106,7 +106,7 @@ def daemon_pid(endpoint: str, control: str | None) -> tuple[int, str | None]:
     except (FileNotFoundError, ProcessLookupError):
         raise RuntimeError(f"the daemon's PID {pid} is no process here: --threads needs the "
                            "daemon on this host, in this PID namespace") from None
-    lag = time.time() - uptime - begun  # its state is created after the imports
+    lag = time.time() - uptime - begun  # uptime counts from the process's start (10 ms)
     if not -2.0 <= lag <= START_SLACK_S:
         raise RuntimeError(f"process {pid} here started {lag:+.0f} s from the daemon's "
                            "start: it is another process (a daemon in another PID "

@@ -3,13 +3,14 @@
 Three figures, each against the target docs/benchmarks.md gives:
 
 * start -> healthy: from ``Popen`` to the first OK ``health`` reply (median of
-  ``--startups``), beside the daemon's own ``ready ... startup_ms=`` log figure (which
-  starts after the interpreter and the imports);
+  ``--startups``), beside the daemon's own ``ready ... startup_ms=`` log figure (from its
+  process's start, estimated inside it);
 * idle CPU of the daemon (all threads) over a quiet window, with the busiest threads;
 * RSS of the daemon (1 s after each start is healthy, the median of the starts: it
-  varies by ~15 MB from start to start) next to a bare process that only opens (and runs once, as the
-  daemon warms up) an ONNX Runtime session of every model's first variant, with the
-  config's thread count: what the simplest server around the same sessions holds.
+  varies by ~15 MB from start to start) next to a bare process that only opens (and
+  runs once, as the daemon warms up) an ONNX Runtime session of every model's first
+  variant, with the config's thread count: what the simplest server around the same
+  sessions holds.
 
 Bytecode: with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every start
 compiles all of edged's modules from source (~0.1 s here), a cost an installed daemon

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from edged import PROCESS_STARTED_AT
 from edged.config import Config
 from edged.metrics import Metrics
 from edged.registry import Registry
@@ -35,7 +35,8 @@ class ServerState:
     #: starting -> serving -> draining -> stopped
     phase: str = "starting"
     ready: bool = False
-    started_at: float = field(default_factory=time.time)
+    #: uptime and start-up time count from the process's start, not this object's
+    started_at: float = PROCESS_STARTED_AT
     answered: int = 0
     #: total power from the governor's last sample (energy metric); None without rails
     power_w: float | None = None
