@@ -71,9 +71,12 @@ def test_equal_cost_digits_variants_make_one_rung(readme_run) -> None:
     out, _ = readme_run
     text = (out / "variants.toml").read_text()
     rungs = [v["name"] for v in tomllib.loads(text)["models"]["variants"]]
-    equal_cost = {"cnn-fp32", "cnn-fp32-opt", "cnn-fp16"}
+    # OpenVINO's fp32 IR (where it is installed) competes with ORT's fp32 variants for the
+    # top: whichever measured fastest on this machine wins it.
+    fp32 = {"cnn-fp32", "cnn-fp32-opt"} | ({"cnn-ov-fp32"} if "# cnn-ov-fp32:" in text else set())
+    equal_cost = fp32 | {"cnn-fp16"}
     assert len(equal_cost & set(rungs)) == 1, text
-    assert rungs[0] in {"cnn-fp32", "cnn-fp32-opt"}  # the most precise heads the ladder
+    assert rungs[0] in fp32  # the most precise heads the ladder
     # ~2x cheaper on a CPU: a real step down (ORT's INT8, or OpenVINO's where it is
     # installed and measures cheaper still)
     assert {"cnn-int8", "cnn-ov-int8"} & set(rungs), text
