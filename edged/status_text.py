@@ -21,7 +21,7 @@ def format_status(r: dict[str, Any]) -> str:
         f"control   {r['control']}    metrics {r['metrics'] or 'off'}",
         *(["frigate   " + ", ".join(f"{a} -> {m}" for a, m in r["frigate"].items())]
           if r.get("frigate") else []),
-        *(f"int8 rung {a}: {g.get('state')} {g.get('progress') or g.get('error') or ''}"
+        *(f"rungs {a}: {g.get('state')} {g.get('progress') or g.get('error') or ''}"
           for a, g in (r.get("frigate_rungs") or {}).items()),
         "",
         f"{'MODEL':<16}{'STATE':<9}{'VARIANT':<20}{'BACKEND':<12}{'QUEUE':>10}{'SERVED':>9}"

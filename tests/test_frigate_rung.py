@@ -157,7 +157,7 @@ def test_a_sent_model_gets_checked_rungs_the_governor_swaps_to(tmp_path: Path) -
         assert "ladder " + " > ".join(g["ladder"]) + " offered to the governor" in d.log()
         from edged.status_text import format_status
 
-        assert f"int8 rung {address}: offered {' > '.join(g['ladder'])}" in format_status(
+        assert f"rungs {address}: offered {' > '.join(g['ladder'])}" in format_status(
             d.ctl({"op": "status"}))
 
         # the governor moves it down its ladder; verification runs on frames Frigate sent

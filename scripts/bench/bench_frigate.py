@@ -241,9 +241,11 @@ def plugin_main(args: argparse.Namespace) -> int:
             if rung.get("state") == "offered":
                 d.ctl({"op": "level", "level": "warm"})
                 name = f"frigate@{sent}"
+                # one rung down: the ladder's second variant (ORT INT8 or an OpenVINO rung)
+                lighter = (rung.get("variants") or ["", ""])[1:2] or [""]
                 end = time.monotonic() + 120
                 while time.monotonic() < end and not any(
-                        m["name"] == name and str(m["active_variant"]).endswith("-int8")
+                        m["name"] == name and m["active_variant"] == lighter[0]
                         for m in d.ctl({"op": "status"})["models"]):
                     plugin_clients(sent, rgb, 1, 0.5)  # served frames: the swap's check inputs
                 n = counts[-1]
