@@ -181,10 +181,6 @@ class ShmRings:
                                       f"from segment {r.ref.segment}: it was truncated")
             r.meta.encoding, r.meta.data = "raw", r.out
 
-    def resolve(self, ident: bytes, req: Request) -> None:
-        """Replace every shm input by the tensor it names, here and now."""
-        self.read(self.plan(ident, req))
-
     def _landing(self, ring: _Ring, ref: ShmRef) -> np.ndarray:
         if ref.offset % ring.slot_bytes or ref.length > ring.slot_bytes:
             return np.empty(ref.length, np.uint8)  # not one slot: a buffer of its own
