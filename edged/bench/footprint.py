@@ -45,6 +45,7 @@ from typing import Any
 
 import psutil
 
+from edged.bench.threads import TICK_MS, Times, snapshot
 from edged.harness import Daemon, machine_info
 
 # The targets docs/benchmarks.md holds the default config to.
@@ -153,43 +154,30 @@ def rss_mb(pid: int) -> dict[str, float]:
 
 # == idle CPU ==============================================================================
 
-def _cpu_s(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return float(t.user + t.system)
-
-
-def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    """tid -> (thread name, cpu seconds)."""
-    out: dict[int, tuple[str, float]] = {}
-    with contextlib.suppress(psutil.Error):
-        for t in psutil.Process(pid).threads():
-            try:
-                name = Path(f"/proc/{pid}/task/{t.id}/comm").read_text().strip()
-            except OSError:
-                name = "?"
-            out[t.id] = (name, t.user_time + t.system_time)
-    return out
+def _cpu_s(t: Times) -> float:
+    return (t.utime + t.stime) * TICK_MS / 1000.0
 
 
 def idle_cpu(pids: dict[str, int], seconds: float) -> dict[str, dict[str, Any]]:
-    """CPU % (of one core) each process used over the same quiet window, with top threads."""
-    procs = {k: psutil.Process(p) for k, p in pids.items()}
-    c0 = {k: _cpu_s(p) for k, p in procs.items()}
-    th0 = {k: thread_cpu(p.pid) for k, p in procs.items()}
+    """CPU % (of one core) each process used over the same quiet window, with top threads
+    (``/proc`` read as ``edged bench --threads`` reads it)."""
+    s0 = {k: snapshot(p, process_first=True) for k, p in pids.items()}
     t0 = time.monotonic()
     time.sleep(seconds)  # the measurement window itself: nothing to wait for
     el = time.monotonic() - t0
     res = {}
-    for k, p in procs.items():
-        th1 = thread_cpu(p.pid)
+    for k, p in pids.items():
+        s1 = snapshot(p, process_first=False)
         busy = []
-        for tid, (name, s1) in th1.items():
-            d = s1 - th0[k].get(tid, (name, 0.0))[1]
+        for tid, t in s1.threads.items():
+            before = s0[k].threads.get(tid)
+            d = _cpu_s(t) - (_cpu_s(before) if before else 0.0)
             if d > 0:
-                busy.append((name, tid, d))
+                busy.append((t.comm, tid, d))
         busy.sort(key=lambda x: -x[2])
-        res[k] = {"seconds": round(el, 1), "cpu_pct": 100.0 * (_cpu_s(p) - c0[k]) / el,
-                  "threads": len(th1),
+        res[k] = {"seconds": round(el, 1),
+                  "cpu_pct": 100.0 * (_cpu_s(s1.process) - _cpu_s(s0[k].process)) / el,
+                  "threads": len(s1.threads),
                   "top_threads": [{"name": n, "tid": tid, "cpu_pct": round(100 * d / el, 3)}
                                   for n, tid, d in busy[:5]]}
     return res
