@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from edged.compile.bench import measure
+from edged.compile.ladder import plan
+from edged.detect.head import build_postprocessor
 from edged.frigate_ladder import (
     CALIBRATION_SHARE,
     RUNGS,
@@ -41,6 +45,11 @@ from edged.frigate_ladder import (
     record_path,
     variant,
 )
+from edged.frigate_models import check_model, model_config
+from edged.model_store import atomic_write
+from edged.preprocess import Preprocessor
+from edged.variants import open_variant
+from edged.verify.verifier import Verifier
 
 #: timing the ladder: rounds in turns, and per round and variant one short measure
 #: (``bench.ROUNDS`` sub-rounds) of at most this many runs and seconds, at batch 1
@@ -55,15 +64,11 @@ def build_and_check(src: Path, frames: np.ndarray, model_type: str | None, color
                     say: Callable[[str], None] = print) -> dict[str, Any]:
     """Build every rung this machine can run, check each on the held-out frames, time the
     accepted ones and order the ladder; the record of what happened (also on disk)."""
-    from edged.frigate_models import check_model
-
     checked = check_model(src.read_bytes(), model_type)
     n_cal = max(1, int(len(frames) * CALIBRATION_SHARE))
     calib, held = frames[:n_cal], frames[n_cal:]
     if len(held) == 0:
         raise ValueError(f"{len(frames)} frames leave none to check the rungs on")
-    from edged.model_store import atomic_write
-
     records: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
     with _Checker(src, checked, color, held) as checker:
@@ -139,8 +144,6 @@ def _order(records: dict[str, dict[str, Any]], checker: _Checker,
            say: Callable[[str], None]) -> tuple[list[str], dict[str, str], dict[str, float]]:
     """Time the served model and the accepted rungs, then ``edged compile``'s ladder rule:
     the ladder, why each other variant is off it, each one's best round (ms at batch 1)."""
-    from edged.compile.ladder import plan
-
     keys = [TOP, *[k for k, rec in records.items() if rec.get("accepted")]]
     if len(keys) == 1:
         return [TOP], {}, {}
@@ -167,8 +170,6 @@ class _Checker:
     served inputs, and each candidate checked and timed against it."""
 
     def __init__(self, src: Path, checked: Any, color: str, held: np.ndarray) -> None:
-        from edged.frigate_models import model_config
-
         self.src = src
         self.count = len(held)
         base = model_config("check", "fp32", src, checked, color)
@@ -188,9 +189,6 @@ class _Checker:
             self.ref.backend.close()
 
     def _open(self, v: Any, index: int) -> Any:
-        from edged.detect.head import build_postprocessor
-        from edged.variants import open_variant
-
         assert self.cfg.preprocess is not None and self.cfg.postprocess is not None
         loaded = open_variant("check", index, v, 1)
         try:
@@ -203,9 +201,6 @@ class _Checker:
 
     def check(self, cand: Any) -> str:
         """edged.verify's own check of ``cand`` against the reference on the held frames."""
-        from edged.preprocess import Preprocessor
-        from edged.verify.verifier import Verifier
-
         cfg = replace(self.cfg, variants=(self.top, cand))
         assert cfg.preprocess is not None
         verifier = Verifier(cfg, Preprocessor(cfg.preprocess))
@@ -226,8 +221,6 @@ class _Checker:
         them alike (one variant open at a time, round after round, for a model over
         ``INTERLEAVE_MAX_BYTES``: all open at once would not fit a small device's memory).
         ``(speeds, {key: why})`` for a variant that failed to open or run."""
-        from edged.compile.bench import measure
-
         rounds: dict[str, list[dict[str, Any]]] = {k: [] for k in variants}
         failed: dict[str, str] = {}
 
@@ -272,8 +265,6 @@ class _Checker:
 def lowest_priority_one_core() -> None:
     """nice 19 and (where the OS has it) one CPU: the build never competes with serving.
     Done by the child itself (a ``preexec_fn`` is unsafe in the threaded daemon)."""
-    import os
-
     os.nice(19)
     if hasattr(os, "sched_setaffinity"):
         cpus = sorted(os.sched_getaffinity(0))
@@ -303,8 +294,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # the refusal is the outcome, recorded
         record = {"ladder": [TOP], "off": {}, "rungs": {},
                   "error": f"{type(e).__name__}: {e}"[:2000]}
-    from edged.model_store import atomic_write
-
     atomic_write(ladder_path(args.src), json.dumps(record).encode())
     print(json.dumps(record), flush=True)
     return 0 if len(record["ladder"]) > 1 else 1
