@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,19 @@ def percentile_ms(seconds: Any, q: float) -> float:
 
 def percentiles_ms(seconds: Any, qs: tuple[float, ...] = (50, 90, 99)) -> dict[str, float]:
     return {f"p{q:g}_ms": percentile_ms(seconds, q) for q in qs}
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "",
+               interval: float = 0.05) -> None:
+    """Return as soon as ``predicate()`` is true; fail naming ``what`` after ``timeout`` s
+    (an AssertionError: in a test it is the test's failure)."""
+    end = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return
+        if time.monotonic() >= end:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(interval)
 
 
 def machine_info(repo: Path = ROOT) -> dict[str, Any]:

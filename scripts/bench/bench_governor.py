@@ -69,7 +69,7 @@ sys.path.insert(0, str(ROOT))
 from edged import harness_config  # noqa: E402
 from edged.bench.load import drive  # noqa: E402
 from edged.client import build_infer  # noqa: E402
-from edged.harness import Daemon, machine_info  # noqa: E402
+from edged.harness import Daemon, machine_info, wait_until  # noqa: E402
 from edged.harness_config import model_table, table, tables  # noqa: E402
 
 MODELS = ROOT / "models" / "digits"
@@ -367,15 +367,6 @@ def analyse(r: Replies, writes: list[tuple[float, float]], swaps: list[dict[str,
 
 
 # == phases ================================================================================
-
-def wait_until(pred: Any, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
-
 
 def ramp_cycles(root: Path, poller: Poller, args: argparse.Namespace,
                 writes: list[tuple[float, float]]) -> None:

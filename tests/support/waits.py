@@ -11,19 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from edged.harness import wait_until
 from support.daemons import Daemon, received
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "",
-               interval: float = 0.05) -> None:
-    """Return as soon as ``predicate()`` is true; fail naming ``what`` after ``timeout`` s."""
-    end = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return
-        if time.monotonic() >= end:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(interval)
 
 
 def wait_governor_steps(
