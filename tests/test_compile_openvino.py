@@ -102,14 +102,20 @@ def test_detector_rungs_are_validated_by_map(tmp_path: Path,
     assert abs(fp32["drop_pct"]) < 0.1  # fp32 OpenVINO finds what ORT finds
 
 
-def test_without_openvino_the_step_is_skipped_with_the_extra_named(tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['openvino'] = None\n"
+def compile_without(module: str, steps: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``edged compile`` of the digits CNN with ``steps``, where ``module`` cannot be
+    imported (as on a machine without it)."""
+    code = (f"import sys; sys.modules[{module!r}] = None\n"
             "from edged.compile import cli\n"
             f"sys.exit(cli.main([{str(MODELS / 'cnn-fp32.onnx')!r}, '--out', "
-            f"{str(tmp_path)!r}, '--steps', 'openvino', '--bench-runs', '2', "
+            f"{str(out)!r}, '--steps', {steps!r}, '--bench-runs', '2', "
             "'--no-progress']))\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       timeout=300)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+
+
+def test_without_openvino_the_step_is_skipped_with_the_extra_named(tmp_path: Path) -> None:
+    r = compile_without("openvino", "openvino", tmp_path)
     assert "openvino: skipped — OpenVINO is not installed" in r.stdout, r.stdout + r.stderr
     assert "pip install 'edged[openvino]'" in r.stdout
     assert r.returncode == 1  # the only step asked for could not run
@@ -117,13 +123,7 @@ def test_without_openvino_the_step_is_skipped_with_the_extra_named(tmp_path: Pat
 
 def test_without_tvm_its_step_is_skipped_and_the_others_still_run(tmp_path: Path) -> None:
     """A device without TVM (the arm64 check's Debian root) compiles the other rungs."""
-    code = ("import sys; sys.modules['tvm'] = None\n"
-            "from edged.compile import cli\n"
-            f"sys.exit(cli.main([{str(MODELS / 'cnn-fp32.onnx')!r}, '--out', "
-            f"{str(tmp_path)!r}, '--steps', 'ort-opt,tvm', '--bench-runs', '2', "
-            "'--no-progress']))\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       timeout=300)
+    r = compile_without("tvm", "ort-opt,tvm", tmp_path)
     assert "tvm: skipped — TVM is not installed here" in r.stdout, r.stdout + r.stderr
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "cnn-fp32-opt.onnx").exists()
