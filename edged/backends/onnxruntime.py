@@ -55,9 +55,11 @@ class Options(BackendOptions):
     #: keep spinning after Run returns (ORT's default; burns a core between requests)
     spin_between_runs: bool | None = None
     provider_options: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: ORT's CPU memory arena: keeps the activations of the largest batch ever run (the
-    #: person detector's batch 4: +55 MB for good); off, they go back to malloc
-    cpu_mem_arena: bool = False
+    #: ORT's CPU memory arena (ORT's default): keeps the activations of the largest batch
+    #: ever run (the person detector's batch 4: +46 MB for good). Off, every Run maps
+    #: and faults its buffers afresh: 5-6 ms of kernel time per reply, -25 % throughput
+    #: for the person detector at 8 clients (docs/benchmarks.md, "Fifth build")
+    cpu_mem_arena: bool = True
 
     @classmethod
     def from_table(cls, t: Table) -> Options:
@@ -87,7 +89,7 @@ class Options(BackendOptions):
             allow_spinning=t.get("allow_spinning", bool, None),
             spin_between_runs=t.get("spin_between_runs", bool, None),
             provider_options=po,
-            cpu_mem_arena=t.get("cpu_mem_arena", bool, False),
+            cpu_mem_arena=t.get("cpu_mem_arena", bool, True),
         )
         t.done()
         return opts
