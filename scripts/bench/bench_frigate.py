@@ -180,11 +180,27 @@ def wait_for_rung(d: Daemon, endpoint: str, timeout_s: float = 900.0) -> dict[st
     return {"state": "timed out"}
 
 
-def plugin_clients(endpoint: str, tensor: np.ndarray, clients: int, seconds: float
-                   ) -> dict[str, Any]:
+#: what ``--model`` sends: the file, its Frigate ``model_type``
+SENT_MODELS = {"person": (ROOT / "models" / "person" / "ssdlite-fp32.onnx", "ssd"),
+               "digits-det": (ROOT / "models" / "digits-det" / "det-fp32.onnx", "yologeneric")}
+
+
+def sent_frame(name: str) -> np.ndarray:
+    """The tensor Frigate sends for ``name``: the photo as ``[1,320,320,3]`` uint8 RGB
+    (Frigate's defaults) for the SSD; a held-out digits scene as YOLOv9's documented
+    config sends it (``[1,3,160,160]`` float 0..1) for digits-det."""
+    if name == "person":
+        return messages(photo())["frigate"]
+    with np.load(ROOT / "models" / "digits-det" / "val.npz") as z:
+        image = z["images"][0]
+    return np.ascontiguousarray(image.transpose(2, 0, 1)[None].astype(np.float32) / 255.0)
+
+
+def plugin_clients(endpoint: str, tensor: np.ndarray, clients: int, seconds: float,
+                   sent: str = "person") -> dict[str, Any]:
     """``clients`` FrigateDetector processes' worth of threads calling detect_raw."""
-    model = ROOT / "models" / "person" / "ssdlite-fp32.onnx"
-    dets = [FrigateDetector(endpoint, model, "ssd", 200) for _ in range(clients)]
+    model, model_type = SENT_MODELS[sent]
+    dets = [FrigateDetector(endpoint, model, model_type, 200) for _ in range(clients)]
     r = closed_loop([lambda f=f: f.detect_raw(tensor) for f in dets],
                     lambda reply: bool(reply[0, 1] > 0), seconds)
     resets = sum(f.events.resets for f in dets)
@@ -200,9 +216,9 @@ def plugin_clients(endpoint: str, tensor: np.ndarray, clients: int, seconds: flo
 def plugin_main(args: argparse.Namespace) -> int:
     counts = [int(c) for c in str(args.clients).split(",")]
     msgs = messages(photo())
-    rgb = msgs["frigate"]
-    model = ROOT / "models" / "person" / "ssdlite-fp32.onnx"
-    figures: dict[str, Any] = {}
+    rgb = sent_frame(args.model)
+    model, model_type = SENT_MODELS[args.model]
+    figures: dict[str, Any] = {"model": args.model}
     with tempfile.TemporaryDirectory(prefix="bench-frigate-plugin-") as tmp_s:
         tmp = Path(tmp_s)
         ports = (free_port(), free_port())
@@ -217,7 +233,7 @@ def plugin_main(args: argparse.Namespace) -> int:
                 f.close()
             figures["handshake_warm"] = percentiles_ms(times[1:], (50, 99))
             t0 = time.perf_counter()
-            f = FrigateDetector(sent, model, "ssd", 200)
+            f = FrigateDetector(sent, model, model_type, 200)
             ready_s = time.perf_counter() - t0
             first = f.detect_raw(rgb)
             figures["transfer"] = {"model_bytes": model.stat().st_size,
@@ -226,14 +242,17 @@ def plugin_main(args: argparse.Namespace) -> int:
                                    "first_found": bool(first[0, 1] > 0)}
             f.close()
             for n in counts:
-                plugin_clients(sent, rgb, n, 1.0)  # warm up
-                res = plugin_clients(sent, rgb, n, args.seconds)
-                nat = run_clients(d.tcp, msgs["native"], "native", n, args.seconds)
+                plugin_clients(sent, rgb, n, 1.0, args.model)  # warm up
+                res = plugin_clients(sent, rgb, n, args.seconds, args.model)
+                # native clients on the configured person model (the same file as sent)
+                nat = (run_clients(d.tcp, msgs["native"], "native", n, args.seconds)
+                       if args.model == "person" else None)
                 figures[f"clients_{n}"] = {"plugin": res, "native": nat}
+                versus = (f"; native {nat['served_per_s']:.1f}/s, p99 {nat['p99_ms']:.1f} ms"
+                          if nat else "")
                 print(f"{n} clients: plugin {res['detections_per_s']:.1f} detections/s, p99 "
                       f"{res['p99_ms']:.1f} ms, zeros {res['zeros']} of {res['replies']}, "
-                      f"resets {res['resets']}; native {nat['served_per_s']:.1f}/s, p99 "
-                      f"{nat['p99_ms']:.1f} ms", flush=True)
+                      f"resets {res['resets']}{versus}", flush=True)
             rung = wait_for_rung(d, sent)
             figures["int8_rung"] = rung
             print(f"int8 rung: {rung.get('state')} build_s {rung.get('build_s')} "
@@ -247,9 +266,10 @@ def plugin_main(args: argparse.Namespace) -> int:
                 while time.monotonic() < end and not any(
                         m["name"] == name and m["active_variant"] == lighter[0]
                         for m in d.ctl({"op": "status"})["models"]):
-                    plugin_clients(sent, rgb, 1, 0.5)  # served frames: the swap's check inputs
+                    # served frames: the swap's check inputs
+                    plugin_clients(sent, rgb, 1, 0.5, args.model)
                 n = counts[-1]
-                res = plugin_clients(sent, rgb, n, args.seconds)
+                res = plugin_clients(sent, rgb, n, args.seconds, args.model)
                 fp32 = figures[f"clients_{n}"]["plugin"]["detections_per_s"]
                 figures["int8_rung"]["clients"] = res
                 print(f"{n} clients on the int8 rung: {res['detections_per_s']:.1f} "
@@ -279,6 +299,9 @@ def main() -> int:
     ap.add_argument("--plugin", action="store_true",
                     help="Frigate's plugin's view: handshake, transfer, plugin clients")
     ap.add_argument("--handshakes", type=int, default=50)
+    ap.add_argument("--model", default="person", choices=sorted(SENT_MODELS),
+                    help="with --plugin: the model Frigate sends (person as ssd, digits-det "
+                    "as yologeneric, the issue's comparison with the reference server)")
     args = ap.parse_args()
     if args.plugin:
         return plugin_main(args)
