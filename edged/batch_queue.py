@@ -108,6 +108,8 @@ class RequestQueue:
         self._queues: dict[int, deque[Pending]] = {}
         self._streams: dict[str, Pending] = {}
         self._arrived = asyncio.Event()
+        #: told (arrival, deadline) of every answered request that had a deadline
+        self.on_deadline: Callable[[float, float], None] | None = None
 
     def put(self, p: Pending) -> None:
         """Queue ``p`` or raise why not (shutting down, shed, full); a queued frame of
@@ -157,6 +159,8 @@ class RequestQueue:
             p.timer = None
         if p.stream is not None and self._streams.get(p.stream) is p:
             del self._streams[p.stream]
+        if p.deadline is not None and self.on_deadline is not None:
+            self.on_deadline(p.arrival, p.deadline)
         try:
             p.respond(outcome)
         except Exception:  # a reply that cannot be sent must not stop the worker

@@ -25,6 +25,7 @@ from edged.kserve.config import (
     parse_kserve,
     parse_offload,
 )
+from edged.overload_config import OverloadConfig
 from edged.preprocess_config import PreprocessConfig
 from edged.schema import Table, non_negative, positive, raise_if_problems, zmq_endpoint
 from edged.verify.config import BY_PRECISION, ModelVerify, VariantVerify
@@ -149,6 +150,8 @@ class ModelConfig:
     #: a stream not seen for this long is forgotten
     stream_idle_s: float = 60.0
     verify: ModelVerify = field(default_factory=ModelVerify)
+    #: stepping down the ladder while requests come too close to their deadlines
+    overload: OverloadConfig = field(default_factory=OverloadConfig)
 
 
 @dataclass(frozen=True)
@@ -343,6 +346,7 @@ def _model(t: Table) -> ModelConfig | None:
         max_streams=t.get("max_streams", int, 4096, check=positive),
         stream_idle_s=t.get("stream_idle_s", float, 60.0, check=positive),
         verify=verify,
+        overload=OverloadConfig.from_table(t.table("overload")),
     )
     if batching.data:
         batching.done()
@@ -365,6 +369,9 @@ def parse_config(data: dict[str, Any], file: Path | str) -> Config:
     for n in {n for n in names if names.count(n) > 1}:
         root.problem("models", f"model name {n!r} is used twice")
     check_frigate(root, server, models)
+    frigate_models = {f.model for f in server.frigate}
+    models = [replace(m, overload=m.overload.resolved(m.name in frigate_models))
+              for m in models]
     gov_t = root.table("governor")
     governor = GovernorConfig.from_table(gov_t)
     off_t = root.table("offload")

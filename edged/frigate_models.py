@@ -28,6 +28,7 @@ from edged.detect.config import PostprocessConfig
 from edged.detect.outputs import OutputMismatch, check_outputs
 from edged.errors import ArtifactError
 from edged.frigate_types import DECODER
+from edged.overload_config import OverloadConfig
 from edged.preprocess_config import PreprocessConfig
 
 #: the order a graph is matched in when nobody says its type (most specific first)
@@ -235,4 +236,5 @@ def model_config(name: str, variant: str, path: Path, checked: CheckedModel,
     batch = 1 if t == "yolonas" else max_batch_size  # a flat output mixes a batch's rows
     variants = (VariantConfig(variant, "onnxruntime", path, Options(), precision="fp32"),)
     return ModelConfig(name=name, variants=variants, max_batch_size=batch,
-                       max_queue=64, preprocess=pre, postprocess=post)
+                       max_queue=64, preprocess=pre, postprocess=post,
+                       overload=OverloadConfig(step_down=True))

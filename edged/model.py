@@ -26,6 +26,7 @@ from edged.errors import EdgedError, Unavailable
 from edged.heads import open_head
 from edged.inputs import InputContract, Prepared
 from edged.metrics import Metrics
+from edged.model_usage import ModelUsage
 from edged.preprocess import Preprocessor
 from edged.protocol.request import Request
 from edged.streams import StreamAdmission
@@ -63,8 +64,8 @@ class Model:
         self._streams = StreamAdmission(cfg.name, metrics, cfg.max_streams, cfg.stream_idle_s,
                                         cfg.max_stream_fps)
         self._batch_buffers = BatchBuffers(cfg.max_batch_size)
-        self._busy_s = 0.0  # compute seconds since the last take_duty()
-        self._duty_since = time.monotonic()
+        self.usage = ModelUsage()  # duty, cost per row, deadline use: the governor's inputs
+        self._batcher.queue.on_deadline = self.usage.answered
         metrics.queue_capacity.labels(cfg.name).set(cfg.max_queue)
         # Labelled series looked up once, not per request (.labels() costs µs each).
         self._m_queue_depth = metrics.queue_depth.labels(cfg.name)
@@ -140,13 +141,6 @@ class Model:
     def stuck(self, now: float, stall_s: float) -> bool:
         """A batch has been computing for longer than ``stall_s`` (the watchdog asks)."""
         return self._batcher.busy and now - self._batcher.last_progress > stall_s
-
-    def take_duty(self) -> float:
-        """Fraction of the time since the last call that a batch was computing (0..1)."""
-        now = time.monotonic()
-        span, busy = now - self._duty_since, self._busy_s
-        self._duty_since, self._busy_s = now, 0.0
-        return min(1.0, busy / span) if span > 0 else 0.0
 
     def set_throttle(self, max_batch_size: int | None, max_rate_hz: float | None,
                      shed_priority_above: int | None, reason: str) -> None:
@@ -243,7 +237,7 @@ class Model:
         series.observe(compute_s)
         self._m_batch_size.observe(rows)
         self._m_queue_depth.set(self._batcher.depth)
-        self._busy_s += compute_s
+        self.usage.computed(variant, rows, compute_s)
         if self.power_w is not None:
             w = self.power_w()
             if w:

@@ -6,11 +6,12 @@ choose a model's variant; when two places act on their own, the later one silent
 undoes the other (an operator swap used to be reverted on the next governor tick).
 Here both are inputs to one rule:
 
-    variant index = max(pin, governor ladder step), clipped to the ladder
+    variant index = max(pin, governor ladder step, load's step), clipped to the ladder
 
 An operator pin holds its variant while the governor allows it; a governor level that
 needs a lighter variant than the pin wins while it lasts, and the pin applies again
-when the level relaxes. ``edged ctl swap MODEL auto`` releases the pin.
+when the level relaxes. ``edged ctl swap MODEL auto`` releases the pin. The load's step
+is ``edged.server.overload``'s (requests too close to their deadlines).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from edged.config import Config
 from edged.errors import InvalidArgument, NotFound, Unavailable
 from edged.model import Model
+from edged.server.overload import TICK_S, Overload
 from edged.server.state import ServerState
 
 log = logging.getLogger("edged.server")
@@ -53,6 +55,7 @@ class Governing:
         self.steps = 0
         self.pins: dict[str, VariantPin] = {}
         self._decision: Any = None
+        self.overload = Overload()
         self._metrics: Any = None
         self._wake = asyncio.Event()
         #: (model, ladder index) -> when a swap to it last failed: not retried for a while
@@ -121,12 +124,19 @@ class Governing:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval)
 
+    async def watch_load(self) -> None:
+        """Every overload tick, models whose load asks for another variant follow it."""
+        while True:
+            await asyncio.sleep(TICK_S)
+            for m, why in self.overload.tick(self.state.registry, time.monotonic()):
+                self._settle(m, f"overload: {why}")
+
     def _report_load(self, gov: Any) -> None:
         """Which variant each model runs and how busy it was: what the governor's
         predicted-temperature choice learns each variant's power from."""
         for m in self.state.registry:
             if m.ready and m.active_index is not None:
-                gov.observe_load(m.name, m.active_index, m.take_duty(),
+                gov.observe_load(m.name, m.active_index, m.usage.take_duty(),
                                  ladder_len=len(m.variant_names))
 
     # -- deciding what each model runs -----------------------------------------------------
@@ -145,7 +155,7 @@ class Governing:
         names = m.variant_names
         if pin is not None and pin.variant in names:
             steps = max(steps, names.index(pin.variant))
-        return min(steps, len(names) - 1)
+        return min(max(steps, self.overload.index(m.name)), len(names) - 1)
 
     def apply(self, decision: Any) -> None:
         prev = self._decision

@@ -107,6 +107,7 @@ class Health:
             "requests_per_second": round(self.requests_per_second(), 2),
             "answered": st.answered,
             "models": [{**m.describe(), "pin": self.governing.pin_of(m.name),
+                        "overload": self.governing.overload.describe(m),
                         **latency(st.metrics, m.name)} for m in st.registry],
             "governor": self.governing.summary(),
             "last_reload": st.last_reload,

@@ -97,6 +97,7 @@ class Server:
         self._tasks.append(loop.create_task(self.control.loop(ep.control), name="control"))
         self.governing.configure(cfg)
         self._tasks.append(loop.create_task(self.governing.loop(), name="governor"))
+        self._tasks.append(loop.create_task(self.governing.watch_load(), name="overload"))
         await self.offload.configure(cfg.offload)
         self._tasks.append(loop.create_task(self.offload.loop(), name="offload-health"))
         try:
