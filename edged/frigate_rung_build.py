@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from edged.backends.base import run_batch
 from edged.compile.bench import measure
 from edged.compile.ladder import plan
 from edged.detect.head import build_postprocessor
@@ -46,6 +47,7 @@ from edged.frigate_ladder import (
     variant,
 )
 from edged.frigate_models import check_model, model_config
+from edged.golden import MAX_BYTES, MAX_SAMPLES, write_golden
 from edged.model_store import atomic_write
 from edged.preprocess import Preprocessor
 from edged.variants import open_variant
@@ -210,9 +212,27 @@ class _Checker:
         try:
             spec = next(s for s in self.ref.backend.inputs if s.name == self.name)
             ref = verifier.reference(1, spec, lambda job: job(self.ref))
-            return verifier.check(opened, ref)
+            report = verifier.check(opened, ref)
+            self._record(cand, opened)
+            return report
         finally:
             opened.backend.close()
+
+    def _record(self, cand: Any, opened: Any) -> None:
+        """The held frames (as many as a golden file holds) and the rung's outputs on
+        them, as its golden file. Why: the daemon checks a rung again before a swap to it,
+        and on served frames the reference's results would be computed then, on the
+        worker between batches, under the very load a swap for load comes in (Frigate's
+        frames waiting past their 200 ms); on fixed inputs it computes them once, when it
+        loads the model."""
+        frames = self.held[:MAX_SAMPLES]
+        outs = [run_batch(opened.backend, {self.name: f[None]}) for f in frames]
+        per_frame = frames[0].nbytes + sum(a.nbytes for a in outs[0].values())
+        n = min(len(frames), MAX_BYTES // max(per_frame, 1))
+        if n:
+            write_golden(cand.path, {self.name: frames[:n]},
+                         {k: np.concatenate([o[k] for o in outs[:n]]) for k in outs[0]},
+                         cand.precision)
 
     def time(self, variants: dict[str, Any]) -> tuple[dict[str, dict[str, Any]],
                                                       dict[str, str]]:

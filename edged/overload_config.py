@@ -23,7 +23,7 @@ def _share(v: float) -> str | None:
 class OverloadConfig:
     #: None: on when a Frigate endpoint serves the model (resolved at load)
     step_down: bool | None = None
-    #: step down when a tenth of the answers in the window used this share of their deadline
+    #: step down when a quarter of the answers in the window used this share of their deadline
     down_at: float = 0.6
     #: step back up when the heavier variant, at its cost per row, would keep the window's
     #: 95th percentile under this share

@@ -39,8 +39,8 @@ log = logging.getLogger("edged.governor")
 
 TICK_S = 0.5
 SETTLE_S = 1.0
-DOWN_SHARE = 0.1
-MIN_ANSWERS = 8
+DOWN_SHARE = 0.25
+MIN_ANSWERS = 20
 UNKNOWN_COST_RATIO = 2.0
 
 

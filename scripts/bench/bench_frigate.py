@@ -258,6 +258,16 @@ def plugin_main(args: argparse.Namespace) -> int:
             print(f"int8 rung: {rung.get('state')} build_s {rung.get('build_s')} "
                   f"{rung.get('progress') or rung.get('error') or ''}", flush=True)
             if rung.get("state") == "offered":
+                n = counts[-1]
+                res = plugin_clients(sent, rgb, n, args.seconds, args.model)
+                m = next(m for m in d.ctl({"op": "status"})["models"]
+                         if m["name"] == f"frigate@{sent}")
+                res["active_at_end"], res["overload"] = m["active_variant"], m["overload"]
+                figures["load_steps"] = res
+                print(f"{n} clients, the ladder free to follow the load: "
+                      f"{res['detections_per_s']:.1f} detections/s, p99 {res['p99_ms']:.1f} "
+                      f"ms, zeros {res['zeros']} of {res['replies']}, resets {res['resets']}; "
+                      f"at the end {m['active_variant']} ({m['overload']})", flush=True)
                 d.ctl({"op": "level", "level": "warm"})
                 name = f"frigate@{sent}"
                 # one rung down: the ladder's second variant (ORT INT8 or an OpenVINO rung)
