@@ -51,6 +51,9 @@ def format_status(r: dict[str, Any]) -> str:
         if m.get("pin"):
             lines.append(f"  pinned: {m['pin']['variant']} by {m['pin']['by']} "
                          "(edged ctl swap MODEL auto releases it)")
+        load = m.get("overload") or {}
+        if load.get("asks"):
+            lines.append(f"  load asks for {load['asks']}: {load['reason']}")
     g = r.get("governor")
     lines.append("")
     if not g:

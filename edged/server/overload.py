@@ -49,6 +49,7 @@ class _Asked:
     index: int = 0  # the ladder index the load asks for (0: the heaviest, no ask)
     since: float = 0.0
     reason: str = ""
+    model: int = 0  # id() of the Model asked for: a model served anew starts afresh
 
 
 def decide(cfg: OverloadConfig, uses: list[float], active: int, ladder_len: int,
@@ -98,7 +99,9 @@ class Overload:
             cfg = m.cfg.overload
             if not cfg.step_down or not m.ready or m.swapping or m.active_index is None:
                 continue
-            a = self._asked.setdefault(m.name, _Asked(since=now))
+            a = self._asked.get(m.name)
+            if a is None or a.model != id(m):  # new, or served anew (reload, a sent ladder)
+                a = self._asked[m.name] = _Asked(since=now, model=id(m))
             active = m.active_index
             if active < a.index:
                 continue  # its swap has not happened (or was refused): nothing new to ask
@@ -114,7 +117,7 @@ class Overload:
             index, why = got
             log.info("overload: model=%s asks for %s (was %s): %s", m.name, names[index],
                      names[active], why)
-            self._asked[m.name] = _Asked(index, now, why)
+            self._asked[m.name] = _Asked(index, now, why, id(m))
             changed.append((m, why))
         for name in set(self._asked) - seen:
             del self._asked[name]

@@ -287,6 +287,8 @@ def plugin_main(args: argparse.Namespace) -> int:
                       f"fp32 rung), p99 {res['p99_ms']:.1f} ms", flush=True)
         finally:
             d.stop()
+            if args.log:
+                print(d.log(), flush=True)
     hs = figures["handshake_warm"]
     tr = figures["transfer"]
     print(f"warm handshake p50 {hs['p50_ms']:.2f} ms p99 {hs['p99_ms']:.2f} ms; transfer of "
@@ -309,6 +311,7 @@ def main() -> int:
     ap.add_argument("--plugin", action="store_true",
                     help="Frigate's plugin's view: handshake, transfer, plugin clients")
     ap.add_argument("--handshakes", type=int, default=50)
+    ap.add_argument("--log", action="store_true", help="with --plugin: print the daemon's log")
     ap.add_argument("--model", default="person", choices=sorted(SENT_MODELS),
                     help="with --plugin: the model Frigate sends (person as ssd, digits-det "
                     "as yologeneric, the issue's comparison with the reference server)")
