@@ -5,6 +5,7 @@ deadlines and back up once they no longer do, beside a model that has it off."""
 from __future__ import annotations
 
 import threading
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ def test_step_up_waits_for_the_dwell_and_for_the_heavier_rung_to_fit() -> None:
 def test_no_requests_with_a_deadline_for_a_window_steps_up() -> None:
     assert decide(CFG, [], 2, 3, UNKNOWN_COST_RATIO, held_s=10.0) == (
         1, "no request with a deadline for 2 s")
+    # ... a whole window of none: not a look cut short by the settling after a change
+    assert decide(CFG, [], 2, 3, UNKNOWN_COST_RATIO, held_s=10.0, whole=False) is None
 
 
 # -- the config ----------------------------------------------------------------------------
@@ -152,3 +155,49 @@ def test_the_daemon_steps_down_under_deadline_pressure_and_back_up_when_it_ends(
                what="det to step back up")
     assert "no request with a deadline" in _model(d, "det")["last_swap"]["reason"]
     assert "overload: model=det asks for light (was heavy)" in d.log()
+
+
+# -- the rule over time, on a model's real usage record ------------------------------------
+class _Served:
+    """What ``Overload.tick`` reads of a served model, with a real ``ModelUsage``."""
+
+    def __init__(self, cfg: OverloadConfig) -> None:
+        from types import SimpleNamespace
+
+        from edged.model_usage import ModelUsage
+
+        self.name = "det"
+        self.cfg = SimpleNamespace(overload=cfg)
+        self.ready, self.swapping, self.active_index = True, False, 0
+        self.variant_names = ["heavy", "light"]
+        self.usage = ModelUsage()
+
+    def answer(self, used: float, n: int = 1) -> None:
+        now = time.monotonic()
+        for _ in range(n):
+            self.usage.answered(now - used * 0.2, now - used * 0.2 + 0.2)
+
+
+def test_held_down_while_answers_keep_coming_and_up_only_when_they_stop() -> None:
+    from edged.server.overload import SETTLE_S, Overload
+
+    m = _Served(OverloadConfig(step_down=True, dwell_s=0.5, window_s=0.5))
+    m.usage.computed("heavy", 1, 0.04)
+    ov = Overload()
+    ov.tick([m], time.monotonic())  # first sight of the model
+    time.sleep(SETTLE_S + 0.05)
+    m.answer(0.9, 30)
+    assert next(w for _, w in ov.tick([m], time.monotonic())).startswith("100% of 30")
+    assert ov.index("det") == 1
+    m.active_index = 1  # the swap happened
+    m.usage.computed("light", 1, 0.002)
+    end = time.monotonic() + SETTLE_S + 1.5
+    while time.monotonic() < end:  # busy on the light rung: p95 0.5 x 20 = 10 > up_at
+        m.answer(0.5, 5)
+        assert ov.tick([m], time.monotonic()) == []
+        time.sleep(0.05)
+    assert ov.index("det") == 1
+    time.sleep(0.6)  # nothing answered for a window
+    got = ov.tick([m], time.monotonic())
+    assert got and got[0][1] == "no request with a deadline for 0.5 s"
+    assert ov.index("det") == 0

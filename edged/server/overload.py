@@ -53,10 +53,12 @@ class _Asked:
 
 
 def decide(cfg: OverloadConfig, uses: list[float], active: int, ladder_len: int,
-           ratio: float, held_s: float) -> tuple[int, str] | None:
+           ratio: float, held_s: float, whole: bool = True) -> tuple[int, str] | None:
     """The index the load asks for now and why (None: as it is). ``uses``: the share of
     its deadline each answer of the window used; ``ratio``: the heavier variant's cost per
-    row over the active one's; ``held_s``: time since the load's last change."""
+    row over the active one's; ``held_s``: time since the load's last change; ``whole``:
+    the window read is a whole ``window_s`` (not cut short by the settling after a
+    change), so that no answers in it means no requests, not too short a look."""
     if len(uses) >= MIN_ANSWERS and active < ladder_len - 1:
         late = sum(u >= cfg.down_at for u in uses) / len(uses)
         if late >= DOWN_SHARE:
@@ -65,7 +67,8 @@ def decide(cfg: OverloadConfig, uses: list[float], active: int, ladder_len: int,
     if active == 0 or held_s < cfg.dwell_s:
         return None
     if not uses:
-        return active - 1, f"no request with a deadline for {cfg.window_s:g} s"
+        return (active - 1, f"no request with a deadline for {cfg.window_s:g} s") if whole \
+            else None
     p95 = float(np.percentile(uses, 95))
     if p95 * ratio < cfg.up_at:
         return active - 1, (f"p95 {p95:.0%} of the deadline; the heavier variant at "
@@ -105,12 +108,14 @@ class Overload:
             active = m.active_index
             if active < a.index:
                 continue  # its swap has not happened (or was refused): nothing new to ask
-            uses = m.usage.deadline_use(max(now - cfg.window_s, a.since + SETTLE_S))
+            start = max(now - cfg.window_s, a.since + SETTLE_S)
+            uses = m.usage.deadline_use(start)
             names = m.variant_names
             heavier = m.usage.cost_per_row(names[active - 1]) if active else None
             current = m.usage.cost_per_row(names[active])
             ratio = heavier / current if heavier and current else UNKNOWN_COST_RATIO
-            got = decide(cfg, uses, active, len(names), ratio, now - a.since)
+            got = decide(cfg, uses, active, len(names), ratio, now - a.since,
+                         whole=start <= now - cfg.window_s)
             # Held lighter by the governor or a pin, the load may only ask for lighter still.
             if got is None or (active > a.index and got[0] < active):
                 continue
