@@ -19,8 +19,8 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, cast
 
 import numpy as np
 import psutil
@@ -53,6 +53,23 @@ class Loaded:
     #: what the model's head keeps for this variant: a detector's post-processor (the
     #: tensor head keeps nothing)
     post: Any = None
+
+
+class _RunsOnWorker:
+    """The active variant's backend as a check uses it: each run a job of its own on the
+    model's worker. Why: the check's rows as one job held every batch for all of them
+    (eight frames of the person detector, ~100 ms, when a sent model was served again with
+    its ladder: Frigate's frames waited past their 200 ms); row by row, a batch waits for
+    one row at most."""
+
+    def __init__(self, backend: Backend, worker: Executor) -> None:
+        self._backend, self._worker = backend, worker
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._worker.submit(self._backend.run, feeds).result()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
 
 
 def open_variant(model: str, index: int, v: VariantConfig, max_batch_size: int,
@@ -249,12 +266,14 @@ class LiveVariant:
             raise
 
     def _with_reference(self, job: Callable[[Opened], Reference]) -> Reference:
-        """Run ``job`` with the reference variant: the active one on the worker thread
-        (between batches), else a copy opened for the purpose. Not on the worker."""
+        """Run ``job`` with the reference variant: the active one, each of its runs on the
+        worker thread between batches, else a copy opened for the purpose. Not on the
+        worker."""
         ref_index = self.verifier.reference_index
         cur = self.loaded
         if cur is not None and cur.index == ref_index:
-            return self.worker.submit(job, cur).result()
+            return job(replace(cur, backend=cast(Backend, _RunsOnWorker(cur.backend,
+                                                                        self.worker))))
         loaded = self._open(ref_index)
         try:
             return job(loaded)
