@@ -85,34 +85,41 @@ def closed_loop(calls: list[Callable[[], Any]], served: Callable[[Any], bool],
     together: every call's reply time and how many replies ``served`` rejects."""
     lat: list[float] = []
     missed = 0
+    zero_at: list[float] = []  # seconds into the run of each rejected reply
     lock = threading.Lock()
     start = threading.Barrier(len(calls) + 1)
     stop_at = [0.0]
+    began = [0.0]
 
     def client(call: Callable[[], Any]) -> None:
         nonlocal missed
         mine: list[float] = []
         m = 0
         start.wait()
+        zeros: list[float] = []
         while time.perf_counter() < stop_at[0]:
             t0 = time.perf_counter()
             reply = call()
             mine.append(time.perf_counter() - t0)
-            m += not served(reply)
+            if not served(reply):
+                m += 1
+                zeros.append(t0 - began[0])
         with lock:
             lat.extend(mine)
             missed += m
+            zero_at.extend(zeros)
 
     threads = [threading.Thread(target=client, args=(c,)) for c in calls]
     for t in threads:
         t.start()
     stop_at[0] = time.perf_counter() + seconds
-    t0 = time.perf_counter()
+    t0 = began[0] = time.perf_counter()
     start.wait()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
     return {"requests": len(lat), "missed": missed, "elapsed_s": elapsed,
+            "zero_at_s": sorted(round(z, 1) for z in zero_at),
             **percentiles_ms(lat, (50, 99))}
 
 
@@ -200,6 +207,7 @@ def plugin_clients(endpoint: str, tensor: np.ndarray, clients: int, seconds: flo
                    sent: str = "person") -> dict[str, Any]:
     """``clients`` FrigateDetector processes' worth of threads calling detect_raw."""
     model, model_type = SENT_MODELS[sent]
+    started = time.strftime("%H:%M:%S")
     dets = [FrigateDetector(endpoint, model, model_type, 200) for _ in range(clients)]
     r = closed_loop([lambda f=f: f.detect_raw(tensor) for f in dets],
                     lambda reply: bool(reply[0, 1] > 0), seconds)
@@ -210,7 +218,15 @@ def plugin_clients(endpoint: str, tensor: np.ndarray, clients: int, seconds: flo
     return {"clients": clients,
             "detections_per_s": (r["requests"] - r["missed"]) / r["elapsed_s"],
             "zeros": r["missed"], "replies": r["requests"], "resets": resets,
-            "not_ready_at_end": not_ready, "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
+            "not_ready_at_end": not_ready, "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"],
+            "zero_at_s": r["zero_at_s"], "started": started}
+
+
+def _when(res: dict[str, Any]) -> str:
+    """When the zeros came (seconds into the run), to lay beside the daemon's log."""
+    at = res.get("zero_at_s") or []
+    when = f" at {', '.join(f'{s:g}' for s in at[:40])} s" if at else ""
+    return f" [from {res['started']}{when}]"
 
 
 def plugin_main(args: argparse.Namespace) -> int:
@@ -252,7 +268,7 @@ def plugin_main(args: argparse.Namespace) -> int:
                           if nat else "")
                 print(f"{n} clients: plugin {res['detections_per_s']:.1f} detections/s, p99 "
                       f"{res['p99_ms']:.1f} ms, zeros {res['zeros']} of {res['replies']}, "
-                      f"resets {res['resets']}{versus}", flush=True)
+                      f"resets {res['resets']}{versus}{_when(res)}", flush=True)
             rung = wait_for_rung(d, sent)
             figures["int8_rung"] = rung
             print(f"int8 rung: {rung.get('state')} build_s {rung.get('build_s')} "
@@ -266,8 +282,9 @@ def plugin_main(args: argparse.Namespace) -> int:
                 figures["load_steps"] = res
                 print(f"{n} clients, the ladder free to follow the load: "
                       f"{res['detections_per_s']:.1f} detections/s, p99 {res['p99_ms']:.1f} "
-                      f"ms, zeros {res['zeros']} of {res['replies']}, resets {res['resets']}; "
-                      f"at the end {m['active_variant']} ({m['overload']})", flush=True)
+                      f"ms, zeros {res['zeros']} of {res['replies']}, resets {res['resets']}"
+                      f"{_when(res)}; at the end {m['active_variant']} ({m['overload']})",
+                      flush=True)
                 d.ctl({"op": "level", "level": "warm"})
                 name = f"frigate@{sent}"
                 # one rung down: the ladder's second variant (ORT INT8 or an OpenVINO rung)
