@@ -15,6 +15,7 @@ queueing), the old variant is closed, the new one loaded, and batching resumes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from edged.errors import ArtifactError, EdgedError
 from edged.heads import Head
 from edged.inputs import InputContract
 from edged.metrics import Metrics
+from edged.standby import Standby
 from edged.verify.compare import VerifyRefused
 from edged.verify.verifier import Opened, Reference, Verifier
 
@@ -53,6 +55,11 @@ class Loaded:
     #: what the model's head keeps for this variant: a detector's post-processor (the
     #: tensor head keeps nothing)
     post: Any = None
+
+
+#: the standby rung waits for check inputs (served ones) this often, this many times
+STANDBY_RETRY_S = 2.0
+STANDBY_TRIES = 150
 
 
 class _RunsOnWorker:
@@ -158,12 +165,16 @@ class LiveVariant:
         self.contract: InputContract | None = None
         self._lock = asyncio.Lock()
         self._warming: Any = None  # the background job caching the reference's results
+        #: a model that walks its ladder for load holds the next rung open (edged.standby)
+        self.standby = (Standby(worker, headroom_bytes) if cfg.overload.step_down
+                        and len(cfg.variants) > 1 else None)
+        self._standby_job: Any = None
         metrics.model_ready.labels(self.name).set(0)
 
     @property
     def checking(self) -> bool:
-        """The reference's results are being cached on the worker (after the first load)."""
-        return self._warming is not None and not self._warming.done()
+        """The reference's results are being cached, or the standby rung checked."""
+        return any(j is not None and not j.done() for j in (self._warming, self._standby_job))
 
     async def load(self, index: int, bind: Callable[[Loaded], InputContract]) -> None:
         """Open variant ``index`` as the first active one; ``bind`` makes the model's
@@ -191,7 +202,9 @@ class LiveVariant:
             # Cache the reference's results on the other rungs' check inputs, so that a
             # swap later need not open the reference again (it may not be active then).
             self._warming = asyncio.get_running_loop().run_in_executor(
-                None, self.verifier.warm, self._check_spec(), self._with_reference)
+                None, self.verifier.warm, check_spec(self.contract), self._with_reference)
+        if self.standby is not None:
+            self._standby_job = asyncio.get_running_loop().create_task(self._prepare_standby())
 
     async def swap_to(self, index: int, reason: str) -> bool:
         """Make variant ``index`` active; on any failure stay on the current one.
@@ -206,16 +219,22 @@ class LiveVariant:
             v = self.cfg.variants[index]
             self.target = index
             t0 = time.perf_counter()
+            held = self.standby.take(index) if self.standby is not None else None
             try:
-                ref = await asyncio.to_thread(self._reference_for, index)
-                size = v.path.stat().st_size if v.path.exists() else 0
-                tight = psutil.virtual_memory().available < 2 * size + self.headroom_bytes
-                if tight:
-                    await self._swap_drained(cur, index, ref)
+                tight = False
+                if held is not None:  # opened and checked already: a switch
+                    self.loaded, self.batcher.tuned_cap = held, held.batch_cap
+                    self.metrics.set_active(self.name, v.name, v.backend)
                 else:
-                    self._activate(await asyncio.to_thread(self._open_checked, index, ref))
-                    # Runs on the worker thread after the batch in flight (if any).
-                    self.worker.submit(cur.backend.close)
+                    ref = await asyncio.to_thread(self._reference_for, index)
+                    size = v.path.stat().st_size if v.path.exists() else 0
+                    tight = psutil.virtual_memory().available < 2 * size + self.headroom_bytes
+                    if tight:
+                        await self._swap_drained(cur, index, ref)
+                    else:
+                        self._activate(await asyncio.to_thread(self._open_checked, index, ref))
+                if not tight and (self.standby is None or not self.standby.keep(cur)):
+                    self.worker.submit(cur.backend.close)  # on the worker, after its batch
             except Exception as e:
                 self._load_failed(v, e)
                 self.last_swap = {"to": v.name, "reason": reason, "ok": False,
@@ -227,13 +246,32 @@ class LiveVariant:
             self.metrics.swaps.labels(self.name, cur.config.name, v.name,
                                       _reason_label(reason)).inc()
             self.last_swap = {"from": cur.config.name, "to": v.name, "reason": reason, "ok": True,
-                              "ms": round(ms, 1), "drained": tight, "at": time.time()}
+                              "ms": round(ms, 1), "drained": tight, "standby": held is not None,
+                              "at": time.time()}
             model_log.info("variant swap model=%s from=%s to=%s reason=%r drained=%s "
-                           "swap_ms=%.0f", self.name, cur.config.name, v.name, reason, tight, ms)
+                           "standby=%s swap_ms=%.0f", self.name, cur.config.name, v.name,
+                           reason, tight, held is not None, ms)
             return True
+
+    async def _prepare_standby(self) -> None:
+        """The rung below, opened and checked in the background (``edged.standby``) once it
+        has check inputs (served ones take a while to come)."""
+        with contextlib.suppress(Exception):
+            await self._warming
+        for _ in range(STANDBY_TRIES):
+            cur = self.loaded
+            if self.standby is None or cur is None or self.state != "ready":
+                return
+            if self.verifier.can_check(cur.index + 1, check_spec(self.contract)):
+                async with self._lock:
+                    await self.standby.fill(self.cfg, cur.index + 1, self._checked)
+                return
+            await asyncio.sleep(STANDBY_RETRY_S)
 
     async def close(self) -> None:
         """Unload (the batcher is stopped first); the backend closes on the worker."""
+        if self.standby is not None:
+            self.standby.close()
         a, self.loaded = self.loaded, None
         self.state = "unloaded"
         self.metrics.model_ready.labels(self.name).set(0)
@@ -260,7 +298,7 @@ class LiveVariant:
         if self.verifier.trusted(index):
             return None
         try:
-            return self.verifier.reference(index, self._check_spec(), self._with_reference)
+            return self.verifier.reference(index, check_spec(self.contract), self._with_reference)
         except VerifyRefused as e:
             self._refused(self.cfg.variants[index].name, e)
             raise
@@ -279,14 +317,6 @@ class LiveVariant:
             return job(loaded)
         finally:
             loaded.backend.close()
-
-    def _check_spec(self) -> TensorSpec | None:
-        """The input validation frames are made for (the preprocessed one)."""
-        c = self.contract
-        if c is None:
-            return None
-        want = c.image_input or (c.inputs[0].name if len(c.inputs) == 1 else None)
-        return next((s for s in c.inputs if s.name == want), None)
 
     def _open_checked(self, index: int, ref: Reference | None) -> Loaded:
         loaded = self._open(index)
@@ -312,6 +342,9 @@ class LiveVariant:
         self.metrics.variant_checks.labels(self.name, v, "ok").inc()
         model_log.info("verify ok model=%s variant=%s %s", self.name, v, checked)
         return loaded
+
+    def _checked(self, index: int) -> Loaded:
+        return self._open_checked(index, self._reference_for(index))
 
     def _refused(self, variant: str, e: Exception) -> None:
         self.metrics.variant_checks.labels(self.name, variant, "refused").inc()
@@ -351,6 +384,14 @@ class LiveVariant:
             self.state = "failed"
             self.error = msg
         model_log.error("load failed model=%s variant=%s error=%s", self.name, v.name, msg)
+
+
+def check_spec(c: InputContract | None) -> TensorSpec | None:
+    """The input validation frames are made for (the preprocessed one)."""
+    if c is None:
+        return None
+    want = c.image_input or (c.inputs[0].name if len(c.inputs) == 1 else None)
+    return next((s for s in c.inputs if s.name == want), None)
 
 
 def _reason_label(reason: str) -> str:

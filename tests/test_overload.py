@@ -115,6 +115,11 @@ def test_the_daemon_steps_down_under_deadline_pressure_and_back_up_when_it_ends(
     d = make_daemon(config(tmp_path, models=[_two_rungs("det", True),
                                              _two_rungs("plain", False)]))
     x = np.zeros((1, 4), np.float32)
+    with d.client() as c:  # served inputs: what the light rung is checked on
+        for _ in range(4):
+            assert c.infer("det", x).ok
+    wait_until(lambda: "standby model=det variant=light held" in d.log(), timeout=30,
+               what="the light rung opened and checked in the background")
     stop = threading.Event()
     statuses: dict[str, list[str]] = {"det": [], "plain": []}
 
@@ -136,6 +141,7 @@ def test_the_daemon_steps_down_under_deadline_pressure_and_back_up_when_it_ends(
         assert det["overload"]["asks"] == "light"
         assert "of their deadline" in det["overload"]["reason"]
         assert det["last_swap"]["reason"].startswith("overload: ")
+        assert det["last_swap"]["standby"] is True, det["last_swap"]  # a switch
         assert "load asks for light: " in format_status(d.ctl({"op": "status"}))
         # on the light rung the deadlines are kept: it stays there while the load lasts
         n = len(statuses["det"])
@@ -153,7 +159,9 @@ def test_the_daemon_steps_down_under_deadline_pressure_and_back_up_when_it_ends(
     # no request with a deadline for a window after the dwell: back to the heavy rung
     wait_until(lambda: _model(d, "det")["active_variant"] == "heavy", timeout=30,
                what="det to step back up")
-    assert "no request with a deadline" in _model(d, "det")["last_swap"]["reason"]
+    back = _model(d, "det")["last_swap"]
+    assert "no request with a deadline" in back["reason"] and back["standby"] is True, back
+    assert "standby model=plain" not in d.log()  # a model that walks no ladder holds none
     assert "overload: model=det asks for light (was heavy)" in d.log()
 
 
@@ -201,3 +209,28 @@ def test_held_down_while_answers_keep_coming_and_up_only_when_they_stop() -> Non
     got = ov.tick([m], time.monotonic())
     assert got and got[0][1] == "no request with a deadline for 0.5 s"
     assert ov.index("det") == 0
+
+
+def test_the_standby_is_held_only_where_memory_allows(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
+
+    from edged.standby import Standby
+
+    artifact = tmp_path / "light.onnx"
+    artifact.write_bytes(b"x" * 1024)
+    closed: list[int] = []
+
+    def loaded(index: int) -> Any:
+        return SimpleNamespace(index=index, config=SimpleNamespace(path=artifact),
+                               backend=SimpleNamespace(close=lambda: closed.append(index)))
+
+    with ThreadPoolExecutor(1) as worker:
+        roomy = Standby(worker, headroom_bytes=0)
+        assert roomy.keep(loaded(1)) and roomy.index == 1
+        assert roomy.take(0) is None and roomy.index == 1  # not the one asked for
+        assert roomy.take(1).index == 1 and roomy.index is None
+        assert roomy.keep(loaded(2)) and roomy.keep(loaded(0))  # the older one is closed
+        tight = Standby(worker, headroom_bytes=1 << 60)
+        assert not tight.keep(loaded(3)) and tight.index is None
+    assert closed == [2, 3]

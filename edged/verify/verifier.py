@@ -107,6 +107,16 @@ class Verifier:
                 "recent_bytes": self.recent.nbytes if self.recent else 0}
 
     # -- check inputs and the reference's results ------------------------------------
+    def can_check(self, index: int, spec: TensorSpec | None) -> bool:
+        """Variant ``index`` exists and can go live: trusted, or it has check inputs."""
+        if index >= len(self.cfg.variants) or self.trusted(index):
+            return index < len(self.cfg.variants)
+        try:
+            self.check_inputs(index, spec)
+        except VerifyRefused:
+            return False
+        return True
+
     def check_inputs(self, index: int, spec: TensorSpec | None) -> CheckInputs:
         """The candidate's check inputs (golden file, validation data, served inputs)."""
         v = self.cfg.variants[index]
