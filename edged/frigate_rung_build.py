@@ -156,7 +156,7 @@ def _order(records: dict[str, dict[str, Any]], checker: _Checker,
         records[key].update(accepted=False, error=f"could not be timed: {why}"[:2000])
     timed = []
     for key, speed in speeds.items():
-        say(f"{key}: best round {min(r['latency_ms_p50'] for r in speed['rounds']):.3f} ms "
+        say(f"{key}: best round {min(r['latency_ms_p50'] for r in speed['rounds']):.3f} CPU ms "
             "at batch 1")
         if key != TOP:
             records[key]["speed"] = speed
@@ -258,8 +258,11 @@ class _Checker:
 
     def time(self, variants: dict[str, Any]) -> tuple[dict[str, dict[str, Any]],
                                                       dict[str, str]]:
-        """Batch-1 speed of each variant on this core: ``TIMING_ROUNDS`` short
-        ``edged.compile.bench`` measures each, taken in turns so load from elsewhere hits
+        """Batch-1 cost of each variant on this core: ``TIMING_ROUNDS`` short
+        ``edged.compile.bench`` measures each of the CPU time a run takes (at nice 19 beside
+        a busy daemon, wall time is mostly waiting for the core: OpenVINO's FP32 once
+        "measured" 1.2x faster than ONNX Runtime's that way and took the whole ladder,
+        though it serves 0.75x as fast), taken in turns so what load does to caches hits
         them alike (one variant open at a time, round after round, for a model over
         ``INTERLEAVE_MAX_BYTES``: all open at once would not fit a small device's memory).
         ``(speeds, {key: why})`` for a variant that failed to open or run."""
@@ -269,7 +272,8 @@ class _Checker:
         def run(key: str, o: Any) -> None:
             try:
                 rounds[key].append(measure(o.backend, 1, runs=TIMING_RUNS,
-                                           budget_s=TIMING_BUDGET_S, threads=1).to_json())
+                                           budget_s=TIMING_BUDGET_S, threads=1,
+                                           clock=time.process_time).to_json())
             except Exception as e:
                 failed[key] = f"{type(e).__name__}: {e}"
 
