@@ -57,7 +57,7 @@ class Options(BackendOptions):
     provider_options: dict[str, dict[str, str]] = field(default_factory=dict)
     #: ORT's CPU memory arena (ORT's default): keeps the activations of the largest batch
     #: ever run (the person detector after batches of 4: +50-70 MB for good). Off, every Run maps
-    #: and faults its buffers afresh: 5-6 ms of kernel time per reply, -25 % throughput
+    #: and faults its buffers afresh: 5-6 ms of kernel time per reply, 25-35 % less throughput
     #: for the person detector at 8 clients (docs/benchmarks.md, "Fifth build")
     cpu_mem_arena: bool = True
 
