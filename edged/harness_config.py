@@ -84,6 +84,14 @@ def config_text(*, models: Sequence[str], server: str = "", governor: str = "",
             + f"\n{governor}\n")
 
 
+def shipped_person_block(root: Path) -> str:
+    """config.toml's person model block, verbatim, with absolute paths (the block users
+    copy: benchmarks and the detection tests serve exactly it)."""
+    text = (root / "config.toml").read_text()
+    block = text[text.index('[[models]]\nname = "person"'):text.index("[governor]")]
+    return block.replace('path = "models/', f'path = "{root}/models/')
+
+
 def write_config(path: Path, **parts: Any) -> Path:
     """:func:`config_text` written to ``path``; returns ``path``."""
     path.write_text(config_text(**parts))

@@ -27,14 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from edged.harness import Daemon, free_port, machine_info  # noqa: E402
+from edged.harness_config import shipped_person_block  # noqa: E402
 
 
 def config(tmp: Path, arena: bool) -> Path:
-    text = (ROOT / "config.toml").read_text()
-    block = text[text.index('[[models]]\nname = "person"'):text.index("[governor]")]
-    block = block.replace('path = "models/', f'path = "{ROOT}/models/')
-    block = block.replace("[models.variants.options]\n",
-                          f"[models.variants.options]\ncpu_mem_arena = {str(arena).lower()}\n")
+    block = shipped_person_block(ROOT).replace(
+        "[models.variants.options]\n",
+        f"[models.variants.options]\ncpu_mem_arena = {str(arena).lower()}\n")
     p = tmp / f"arena-{'on' if arena else 'off'}.toml"
     p.write_text(f'[server]\nendpoints = ["tcp://127.0.0.1:{free_port()}"]\n'
                  f'[metrics]\nlisten = "off"\n{block}')

@@ -48,12 +48,11 @@ sys.path.insert(0, str(ROOT))
 
 from edged.frigate_client import FrigateDetector  # noqa: E402
 from edged.harness import Daemon, free_port, machine_info, percentiles_ms  # noqa: E402
+from edged.harness_config import shipped_person_block  # noqa: E402
 
 
 def config(tmp: Path, port: int, timeout_ms: float) -> Path:
-    text = (ROOT / "config.toml").read_text()
-    block = text[text.index('[[models]]\nname = "person"'):text.index("[governor]")]
-    block = block.replace('path = "models/', f'path = "{ROOT}/models/')
+    block = shipped_person_block(ROOT)
     p = tmp / "bench_frigate.toml"
     p.write_text(f'[server]\ndrain_timeout_s = 2.0\n[[server.frigate]]\n'
                  f'endpoint = "tcp://127.0.0.1:{port}"\nmodel = "person"\n'

@@ -92,9 +92,7 @@ def person_config(tmp: Path, decoder: str = "ssd", required: bool = True) -> Pat
     """config.toml's person model block, verbatim, with absolute paths.
 
     Why verbatim: the detection tests then also check the block users copy."""
-    text = (ROOT / "config.toml").read_text()
-    block = text[text.index('[[models]]\nname = "person"'):text.index("[governor]")]
-    block = block.replace('path = "models/', f'path = "{ROOT}/models/')
+    block = harness_config.shipped_person_block(ROOT)
     if decoder != "ssd":
         block = block.replace('decoder = "ssd"', f'decoder = "{decoder}"')
         block = re.sub(r"(?m)^label_offset.*$", "", block)
