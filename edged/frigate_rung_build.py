@@ -34,7 +34,7 @@ import numpy as np
 
 from edged.backends.base import run_batch
 from edged.compile.bench import measure
-from edged.compile.ladder import MIN_SPEEDUP, plan, speedup
+from edged.compile.ladder import MIN_SPEEDUP, passes, plan, speedup
 from edged.detect.head import build_postprocessor
 from edged.frigate_ladder import (
     CALIBRATION_SHARE,
@@ -180,7 +180,7 @@ def _top_stays(timed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
     for e in timed:
         if top is not None and e is not top and e["precision"] == "fp32":
             b1, big = speedup(top, e)
-            if not (b1 >= MIN_SPEEDUP or (big is not None and big >= MIN_SPEEDUP)):
+            if not passes(b1, big):
                 off[str(e["name"])] = (
                     f"not measurably faster than the served model (b=1 {b1:.2f}x; the served "
                     f"model stays the top unless an fp32 variant is >= {MIN_SPEEDUP}x faster)")

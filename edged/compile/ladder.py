@@ -118,7 +118,8 @@ def _best_latency(e: dict[str, Any]) -> float:
     return min(_rounds(e, "latency_ms_p50"))
 
 
-def _passes(b1: float, big: float | None) -> bool:
+def passes(b1: float, big: float | None) -> bool:
+    """Cheaper enough to be a rung: ``MIN_SPEEDUP`` at batch 1 or at the max batch."""
     return b1 >= MIN_SPEEDUP or (big is not None and big >= MIN_SPEEDUP)
 
 
@@ -167,12 +168,12 @@ def _why_not_below(last: dict[str, Any], e: dict[str, Any],
                 "(a rung must give up precision or accuracy for its saving)")
     b1, big = speedup(last, e)
     how = "best round against best round"
-    if _passes(b1, big) and confirm is not None:
+    if passes(b1, big) and confirm is not None:
         again = confirm(last, e)
         if again is not None:
             b1, big = again
             how = "timed interleaved with it, least favourable of 3 rounds"
-    if _passes(b1, big):
+    if passes(b1, big):
         e["_speedup"] = {"over": _name(last), "b1": b1, "max_batch": big, "how": how}
         return None
     ratios = f"b=1 {b1:.2f}x" + (f", b={e['speed']['max_batch']} {big:.2f}x"
