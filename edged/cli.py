@@ -182,7 +182,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from edged.heads import open_head
     from edged.metrics import Metrics
     from edged.preprocess import Preprocessor
-    from edged.variants import open_with_head
+    from edged.variant_open import open_with_head
 
     try:
         cfg = load_config(args.config)

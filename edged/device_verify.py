@@ -29,7 +29,7 @@ from edged.errors import ConfigError, EdgedError
 from edged.heads import Head, open_head
 from edged.metrics import Metrics
 from edged.preprocess import Preprocessor
-from edged.variants import Loaded, check_candidate, open_with_head
+from edged.variant_open import Loaded, check_candidate, open_with_head
 from edged.verify.compare import VerifyRefused
 from edged.verify.verifier import Opened, Reference, Verifier
 

@@ -50,7 +50,7 @@ from edged.frigate_models import check_model, model_config
 from edged.golden import MAX_BYTES, MAX_SAMPLES, write_golden
 from edged.model_store import atomic_write
 from edged.preprocess import Preprocessor
-from edged.variants import open_variant
+from edged.variant_open import open_variant
 from edged.verify.verifier import Verifier
 
 #: timing the ladder: rounds in turns, and per round and variant one short measure

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,8 @@ from edged.preprocess import Preprocessor
 from edged.protocol.request import Request
 from edged.streams import StreamAdmission
 from edged.thread_names import name_os_thread
-from edged.variants import LiveVariant, Loaded
+from edged.variant_open import Loaded
+from edged.variants import LiveVariant
 from edged.verify.verifier import Verifier
 
 __all__ = ["Model", "Prepared", "Respond", "Result"]
@@ -161,6 +163,16 @@ class Model:
     def contract(self) -> InputContract | None:
         """What the first variant promised clients (None until it loaded)."""
         return self.live.contract
+
+    def add_rungs(self, cfg: ModelConfig) -> bool:
+        """Take ``cfg``'s ladder in place if it is this one with rungs below, else False."""
+        old = self.cfg
+        if not self.ready or replace(cfg, variants=cfg.variants[:len(old.variants)]) != old:
+            return False
+        self.cfg = cfg
+        self.verifier.take_ladder(cfg)
+        self.live.add_rungs(cfg)
+        return True
 
     async def swap_to(self, index: int, reason: str) -> bool:
         """Make variant ``index`` active; on any failure stay on the current one

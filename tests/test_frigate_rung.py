@@ -156,6 +156,9 @@ def test_a_sent_model_gets_checked_rungs_the_governor_swaps_to(tmp_path: Path) -
         assert len(names) >= 2, g
         assert model_status(d, name)["variants"] == names
         assert "ladder " + " > ".join(g["ladder"]) + " offered to the governor" in d.log()
+        if ladder[0] == "fp32":  # the served session took the rungs: no second fp32 load
+            loads = f"model loaded model={name} variant={names[0]} "
+            assert d.log().count(loads) == 1, d.log()
         from edged.status_text import format_status
 
         assert f"rungs {address}: offered {' > '.join(g['ladder'])}" in format_status(

@@ -236,11 +236,20 @@ class SentModels:
                 e.served.retyping = False
 
     async def _offer_rung(self, e: SentEndpoint) -> str | None:
-        """An accepted rung was built: serve the model again with it on its ladder."""
+        """An accepted rung was built: put it on the served model's ladder, in place (the
+        fp32 session serves on); served again only when the ladder's top changed (an
+        OpenVINO fp32 rung measured faster than the served model)."""
         async with e.lock:
-            if e.served is None:
+            s = e.served
+            if s is None:
                 return "the endpoint serves nothing any more"
-            return await self._switch(e, e.served.stored)
+            m = self.state.registry.find(e.cfg.model)
+            if m is not None:
+                mc = await asyncio.to_thread(with_rungs, m.cfg, s.path)
+                if m.add_rungs(mc):
+                    s.ring = None
+                    return None
+            return await self._switch(e, s.stored)
 
     # -- the inference side ----------------------------------------------------------------
     def prepare(self, e: SentEndpoint, model: Model, req: FrigateRequest,

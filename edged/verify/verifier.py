@@ -68,21 +68,30 @@ WithReference = Callable[[Callable[[Opened], Reference]], Reference]
 
 class Verifier:
     def __init__(self, cfg: ModelConfig, preprocessor: Preprocessor | None) -> None:
-        self.cfg = cfg
         self.preprocessor = preprocessor
-        self.reference_index = next((i for i, v in enumerate(cfg.variants) if v.reference), 0)
         self._layout = cfg.preprocess.layout if cfg.preprocess else None
         self._cache: dict[int, Reference] = {}
         self._lock = threading.Lock()
+        self.recent: RecentInputs | None = None
+        self.cfg = replace(cfg, variants=())
+        self.take_ladder(cfg)
+
+    def take_ladder(self, cfg: ModelConfig) -> None:
+        """``cfg``'s ladder: at load, and when rungs are added below the ones served (a
+        sent model's built ladder), whose cached reference results stay valid: their
+        indices do not move."""
+        known = {v.name for v in self.cfg.variants}
+        self.cfg = cfg
+        self.reference_index = next((i for i, v in enumerate(cfg.variants) if v.reference), 0)
         ring = [v.name for i, v in enumerate(cfg.variants)
                 if not self.trusted(i) and not _has_stable_inputs(v)]
-        self.recent = (RecentInputs(cfg.verify.recent_inputs)
-                       if ring and cfg.verify.recent_inputs else None)
+        if ring and cfg.verify.recent_inputs and self.recent is None:
+            self.recent = RecentInputs(cfg.verify.recent_inputs)
         for v in cfg.variants:
-            if not v.verify.enabled:
+            if not v.verify.enabled and v.name not in known:
                 log.warning("variant %s of model %s is unverified (verify = false): it goes "
                             "live without a check against the reference", v.name, cfg.name)
-        if ring:
+        if set(ring) - known:
             log.info("model %s: variants %s have no golden file or validation data; they are "
                      "checked on the last %d inputs served", cfg.name, ", ".join(ring),
                      cfg.verify.recent_inputs)
