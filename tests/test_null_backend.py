@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +86,39 @@ def test_daemon_serves_the_null_backend(make_daemon: Any, tmp_path: Path) -> Non
         r = c.infer("echo", x)
         assert r.ok, r.header
         np.testing.assert_array_equal(r.outputs["output"], x)
+
+
+def test_rungs_added_to_a_served_model_serve_without_a_reload(tmp_path: Path) -> None:
+    """``Model.add_rungs`` (a sent model's built ladder): the served variant serves on, the
+    longer ladder can be swapped down, and a ladder whose top differs is refused unchanged."""
+    two = model_table("echo", [variant("top", backend="null", options={}),
+                               variant("lite", backend="null", options={}, verify=False)])
+    full = load_config(config(tmp_path, models=[two])).models[0]
+    served = replace(full, variants=full.variants[:1])
+
+    async def go() -> tuple[list[str], Any, bool, list[str], str]:
+        m = Model(served, Metrics(), Limits())
+        await m.load(0)
+        backend = m.live.loaded.backend if m.live.loaded else None
+        assert not m.add_rungs(replace(full, variants=full.variants[::-1]))
+        assert m.variant_names == ["top"]
+        assert m.add_rungs(full)
+        same = m.live.loaded is not None and m.live.loaded.backend is backend
+        names = m.variant_names
+        swapped = await m.swap_to(1, "operator: test")
+        got: list[Result | EdgedError] = []
+        done = asyncio.Event()
+        x = np.ones((1, 4), np.float32)
+        req = Request(op="infer", id=1, model="echo",
+                      inputs=[InputMeta(None, "raw", np.dtype("float32"), (1, 4), x)])
+        m.submit(m.prepare(req), lambda r: (got.append(r), done.set()),
+                 arrival=time.monotonic())
+        await asyncio.wait_for(done.wait(), 10)
+        await m.close()
+        assert isinstance(got[0], Result), got
+        return names, same, swapped, m.variant_names, got[0].variant
+
+    names, same, swapped, after, answered_by = asyncio.run(go())
+    assert names == after == ["top", "lite"]
+    assert same  # the served session was not reopened
+    assert swapped and answered_by == "lite"
