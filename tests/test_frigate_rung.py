@@ -299,3 +299,19 @@ def test_the_served_model_keeps_the_top_unless_an_fp32_rung_is_measurably_faster
     assert off["ov-fp32"].startswith("not measurably faster than the served model (b=1 1.11x")
     far = [_timed("fp32", "fp32", 10.0), _timed("ov-fp32", "fp32", 8.0)]
     assert [e["name"] for e in _top_stays(far)[0]] == ["fp32", "ov-fp32"]  # 1.25x: it may
+
+
+def test_the_build_runs_at_the_lowest_priority_from_its_start() -> None:
+    """The daemon lowers the child's priority as soon as it exists, not after the child's
+    own imports (a second or more of CPU at the daemon's priority, beside serving)."""
+    from edged.server.frigate_rungs import _lowest_priority
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        _lowest_priority(child.pid)
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == 19
+        if hasattr(os, "sched_getaffinity"):
+            assert len(os.sched_getaffinity(child.pid)) == 1
+    finally:
+        child.kill()
+        child.wait()
