@@ -154,7 +154,7 @@ def test_a_sent_model_gets_checked_rungs_the_governor_swaps_to(tmp_path: Path) -
         ladder = g["ladder"]
         # int8 rungs are over 1.15x faster than fp32 on every CPU edged supports: one is on
         assert len(names) >= 2, g
-        assert model_status(d, name)["variants"] == names
+        assert model_status(d, name)["variants"] == names == g["variants"]
         assert "ladder " + " > ".join(g["ladder"]) + " offered to the governor" in d.log()
         if ladder[0] == "fp32":  # the served session took the rungs: no second fp32 load
             loads = f"model loaded model={name} variant={names[0]} "

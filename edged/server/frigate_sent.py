@@ -248,6 +248,7 @@ class SentModels:
                 mc = await asyncio.to_thread(with_rungs, m.cfg, s.path)
                 if m.add_rungs(mc):
                     s.ring = None
+                    self.rungs.status(e.address, variants=m.variant_names)
                     return None
             return await self._switch(e, s.stored)
 
