@@ -20,7 +20,9 @@ itself), so a restart serves the same ladder without a rebuild.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -76,6 +78,19 @@ class FrameRing:
     def save(self, path: Path) -> None:
         """An ``.npz`` of the frames (read back with allow_pickle=False)."""
         np.savez(path, frames=np.concatenate(list(self._ring)))
+
+
+def lowest_priority_one_core(pid: int = 0) -> None:
+    """Process ``pid`` (0: this one) at nice 19 on one CPU (where the OS has affinity): the
+    rung build never competes with serving. The daemon applies it to the build as soon as
+    it is spawned, since the build's own call comes only after its imports (a second or
+    more of CPU at the daemon's priority on every core); a ``preexec_fn`` is unsafe in the
+    threaded daemon. Errors are ignored: a build that has already exited has no priority."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, pid, 19)
+    if hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(pid, {sorted(os.sched_getaffinity(0))[-1]})
 
 
 # -- where things are stored -------------------------------------------------------------

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from edged.frigate_ladder import (
     TOP,
     artifact,
     ladder_path,
+    lowest_priority_one_core,
     openvino_missing,
     record_path,
     variant,
@@ -306,15 +306,6 @@ class _Checker:
             speeds[key] = {**best, "rounds": [r for part in parts for r in part["rounds"]],
                            "runs": sum(p["runs"] for p in parts)}
         return speeds, failed
-
-
-def lowest_priority_one_core() -> None:
-    """nice 19 and (where the OS has it) one CPU: the build never competes with serving.
-    Done by the child itself (a ``preexec_fn`` is unsafe in the threaded daemon)."""
-    os.nice(19)
-    if hasattr(os, "sched_setaffinity"):
-        cpus = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpus[-1]})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -304,11 +304,11 @@ def test_the_served_model_keeps_the_top_unless_an_fp32_rung_is_measurably_faster
 def test_the_build_runs_at_the_lowest_priority_from_its_start() -> None:
     """The daemon lowers the child's priority as soon as it exists, not after the child's
     own imports (a second or more of CPU at the daemon's priority, beside serving)."""
-    from edged.server.frigate_rungs import _lowest_priority
+    from edged.frigate_ladder import lowest_priority_one_core
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        _lowest_priority(child.pid)
+        lowest_priority_one_core(child.pid)
         assert os.getpriority(os.PRIO_PROCESS, child.pid) == 19
         if hasattr(os, "sched_getaffinity"):
             assert len(os.sched_getaffinity(child.pid)) == 1

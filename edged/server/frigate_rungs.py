@@ -13,7 +13,6 @@ request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -24,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from edged.frigate_ladder import TOP, FrameRing, ladder_path
+from edged.frigate_ladder import TOP, FrameRing, ladder_path, lowest_priority_one_core
 from edged.server.state import ServerState
 
 log = logging.getLogger("edged.frigate")
@@ -38,18 +37,6 @@ def _child_env() -> dict[str, str]:
     root = str(Path(edged.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
-
-
-def _lowest_priority(pid: int) -> None:
-    """The build at nice 19 on one CPU from its start. Why from here: the child lowers
-    its own priority only once its imports are done (numpy, onnx, ONNX Runtime: a second or
-    more of CPU), and until then it ran at the daemon's priority on every core, beside
-    saturated serving; a ``preexec_fn`` is unsafe in the threaded daemon."""
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, pid, 19)
-    if hasattr(os, "sched_setaffinity"):
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(pid, {sorted(os.sched_getaffinity(0))[-1]})
 
 
 def outcome(record: dict[str, Any], variants: list[str] | None = None) -> dict[str, Any]:
@@ -146,7 +133,7 @@ class Rungs:
             "--model-type", model_type, "--color", color, "--low-priority",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(cwd),
             env=_child_env())
-        _lowest_priority(proc.pid)
+        lowest_priority_one_core(proc.pid)  # from its start, not after its imports
         last = ""
         try:
             assert proc.stdout is not None
