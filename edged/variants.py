@@ -75,9 +75,8 @@ class LiveVariant:
         self.contract: InputContract | None = None
         self._lock = asyncio.Lock()
         self._warming: Any = None  # the background job caching the reference's results
-        #: a model that walks its ladder for load holds the next rung open (edged.standby)
-        self.standby = (Standby(worker, headroom_bytes) if cfg.overload.step_down
-                        and len(cfg.variants) > 1 else None)
+        self.standby: Standby | None = None  # next rung held open for load steps
+        self._want_standby()
         self._standby_job: Any = None
         metrics.model_ready.labels(self.name).set(0)
 
@@ -114,9 +113,12 @@ class LiveVariant:
         """``cfg``'s ladder, this one with rungs below, without a reload (a second fp32
         session beside the first cost answers under load): prepared as after a load."""
         self.cfg = cfg
-        if self.standby is None and cfg.overload.step_down and len(cfg.variants) > 1:
-            self.standby = Standby(self.worker, self.headroom_bytes)
+        self._want_standby()
         self._prepare_rungs()
+
+    def _want_standby(self) -> None:
+        if self.standby is None and self.cfg.overload.step_down and len(self.cfg.variants) > 1:
+            self.standby = Standby(self.worker, self.headroom_bytes)
 
     def _prepare_rungs(self) -> None:
         loaded, loop = self.loaded, asyncio.get_running_loop()
