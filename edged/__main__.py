@@ -1,3 +1,3 @@
-from edged.cli import main
+from edged.cli.main import main
 
 raise SystemExit(main())

@@ -68,3 +68,7 @@ class ConfigError(Exception):
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
+
+
+class StartupError(Exception):
+    """A one-line reason the daemon cannot start (``edged serve`` exits with code 1)."""

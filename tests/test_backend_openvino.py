@@ -25,8 +25,9 @@ from support.paths import MODELS, ROOT
 
 from edged.backends import openvino as ovb
 from edged.backends.base import run_batch
+from edged.config.runtimes import OpenVinoOptions
+from edged.config.schema import Table
 from edged.errors import ArtifactError, InvalidArgument
-from edged.schema import Table
 
 HAVE_OV = importlib.util.find_spec("openvino") is not None
 needs_ov = pytest.mark.skipif(not HAVE_OV, reason="OpenVINO is not installed "
@@ -40,7 +41,7 @@ Y = VAL["y"][:64]
 
 def open_ov(path: Path, tmp: Path, max_batch: int = 8, **kw: Any) -> ovb.OpenVinoBackend:
     kw.setdefault("cache_dir", tmp / "ov-cache")
-    return ovb.open_backend(path, ovb.Options(**kw), max_batch)
+    return ovb.open_backend(path, OpenVinoOptions(**kw), max_batch)
 
 
 def ort_outputs(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -48,9 +49,9 @@ def ort_outputs(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarra
     return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds), strict=True))
 
 
-def parse(table: dict[str, Any]) -> tuple[ovb.Options, list[str]]:
+def parse(table: dict[str, Any]) -> tuple[OpenVinoOptions, list[str]]:
     problems: list[str] = []
-    opts = ovb.Options.from_table(Table(table, "models[0].variants[0].options", "edged.toml",
+    opts = OpenVinoOptions.from_table(Table(table, "models[0].variants[0].options", "edged.toml",
                                         problems))
     return opts, problems
 
@@ -100,8 +101,9 @@ os.register_at_fork(before=lambda: forks.append(1))
 from pathlib import Path
 import numpy as np
 from edged.backends import openvino as ovb
+from edged.config.runtimes import OpenVinoOptions
 b = ovb.open_backend(Path({str(MODELS / 'cnn-fp32.onnx')!r}),
-                     ovb.Options(cache_dir=Path({str(tmp_path / 'cache')!r})), 8)
+                     OpenVinoOptions(cache_dir=Path({str(tmp_path / 'cache')!r})), 8)
 b.run({{"input": np.zeros((3, 1, 28, 28), np.float32)}})
 import time; time.sleep(1.0)  # the telemetry's worker thread would have forked by now
 import psutil
@@ -133,10 +135,11 @@ if ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0) != 0:  # PR_SET_MDWE
     print("no-mdwe"); sys.exit(0)
 from pathlib import Path
 from edged.backends import openvino as ovb
+from edged.config.runtimes import OpenVinoOptions
 assert not ovb.can_map_code()
 try:
     ovb.open_backend(Path({str(MODELS / 'cnn-fp32.onnx')!r}),
-                     ovb.Options(cache_dir=Path({str(tmp_path)!r})), 8)
+                     OpenVinoOptions(cache_dir=Path({str(tmp_path)!r})), 8)
 except Exception as e:
     print(type(e).__name__, e)
 """
@@ -374,7 +377,7 @@ def test_daemon_serves_an_openvino_variant(make_daemon: Any, tmp_path: Path) -> 
         assert bad.status == "INVALID_ARGUMENT"
         assert c.infer("digits", X[:1]).ok
     assert "libopenvino" in _maps(d.pid)
-    from edged.status_text import format_status
+    from edged.cli.status_text import format_status
 
     text = format_status(st)
     assert "openvino" in text and "THROUGHPUT" in text and "1 threads" in text, text

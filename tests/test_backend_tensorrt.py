@@ -31,14 +31,20 @@ import numpy as np
 import pytest
 
 from edged.backends import backend_module
-from edged.backends import tensorrt as trtb
-from edged.backends import tensorrt_plan as trtp
-from edged.backends import tensorrt_support as trts
 from edged.backends.base import run_batch
-from edged.backends.sidecar import read_sidecar, sidecar_path, write_sidecar
-from edged.compile.tensorrt import EngineBuildError, GpuUnavailable, build_engine, onnx_precision
+from edged.backends.support.sidecar import read_sidecar, sidecar_path, write_sidecar
+from edged.backends.tensorrt import backend as trtb
+from edged.backends.tensorrt import cuda as trts
+from edged.backends.tensorrt import plan as trtp
+from edged.compile.tensorrt_build import (
+    EngineBuildError,
+    GpuUnavailable,
+    build_engine,
+    onnx_precision,
+)
+from edged.config.runtimes import TensorRTOptions
+from edged.config.schema import Table, raise_if_problems
 from edged.errors import ArtifactError, ConfigError
-from edged.schema import Table, raise_if_problems
 
 REPO = Path(__file__).resolve().parent.parent
 DEVICE_CHECK = REPO / "scripts" / "ops" / "device-check"
@@ -134,13 +140,13 @@ def _plan_with_sidecar(tmp_path: Path, data: bytes, **overrides: Any) -> Path:
 
 def test_modules_import_without_loading_tensorrt_or_cuda() -> None:
     code = (
-        "import sys, edged.backends.tensorrt, edged.compile.tensorrt;"
+        "import sys, edged.backends.tensorrt.backend, edged.compile.tensorrt_build;"
         "bad = [m for m in ('tensorrt', 'cuda.bindings', 'cuda.cudart') if m in sys.modules];"
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
     mod = backend_module("tensorrt")
-    assert mod.open_backend is trtb.open_backend and mod.Options is trtb.Options
+    assert mod.open_backend is trtb.open_backend
 
 
 # -- TensorRT not installed -----------------------------------------------------------------
@@ -153,7 +159,7 @@ def test_missing_tensorrt_names_the_extra_and_the_file(
     plan = tmp_path / "model.engine"
     plan.write_bytes(b"\x00" * 64)
     with pytest.raises(ArtifactError) as ei:
-        trtb.open_backend(plan, trtb.Options(), 8)
+        trtb.open_backend(plan, TensorRTOptions(), 8)
     msg = str(ei.value)
     assert str(plan) in msg
     assert "TensorRT is not installed" in msg
@@ -203,7 +209,7 @@ def test_open_backend_without_gpu_names_file_and_cause(
     plan = tmp_path / "model.engine"
     plan.write_bytes(b"\x00" * 64)
     with pytest.raises(ArtifactError) as ei:
-        trtb.open_backend(plan, trtb.Options(), 8)
+        trtb.open_backend(plan, TensorRTOptions(), 8)
     assert str(plan) in str(ei.value)
     assert "no usable CUDA device" in str(ei.value)
 
@@ -214,7 +220,7 @@ def test_open_backend_without_gpu_names_file_and_cause(
 def test_missing_plan_names_the_file(tmp_path: Path) -> None:
     plan = tmp_path / "nope.engine"
     with pytest.raises(ArtifactError, match="TensorRT plan not found") as ei:
-        trtb.open_backend(plan, trtb.Options(), 8)
+        trtb.open_backend(plan, TensorRTOptions(), 8)
     assert str(plan) in str(ei.value)
 
 
@@ -222,20 +228,20 @@ def test_empty_plan_names_the_file(tmp_path: Path) -> None:
     plan = tmp_path / "empty.engine"
     plan.write_bytes(b"")
     with pytest.raises(ArtifactError, match="empty") as ei:
-        trtb.open_backend(plan, trtb.Options(), 8)
+        trtb.open_backend(plan, TensorRTOptions(), 8)
     assert str(plan) in str(ei.value)
 
 
 def test_directory_instead_of_plan(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match="not a file"):
-        trtb.open_backend(tmp_path, trtb.Options(), 8)
+        trtb.open_backend(tmp_path, TensorRTOptions(), 8)
 
 
 def test_truncated_plan_is_caught_by_the_sidecar(tmp_path: Path) -> None:
     plan = _plan_with_sidecar(tmp_path, b"p" * 1000)
     plan.write_bytes(b"p" * 600)  # e.g. an interrupted scp
     with pytest.raises(ArtifactError) as ei:
-        trtb.open_backend(plan, trtb.Options(), 8)
+        trtb.open_backend(plan, TensorRTOptions(), 8)
     msg = str(ei.value)
     assert str(plan) in msg and "truncated" in msg and "600" in msg and "1000" in msg
 
@@ -247,7 +253,7 @@ def test_replaced_plan_is_caught_by_the_sidecar_hash(tmp_path: Path) -> None:
         tmp_path, b"a" * 100, plan={"bytes": 100, "sha256": hashlib.sha256(b"b" * 100).hexdigest()}
     )
     with pytest.raises(ArtifactError, match="sha256") as ei:
-        trtb.open_backend(plan, trtb.Options(), 8)
+        trtb.open_backend(plan, TensorRTOptions(), 8)
     assert str(plan) in str(ei.value)
 
 
@@ -256,7 +262,7 @@ def test_unreadable_sidecar_names_the_sidecar(tmp_path: Path) -> None:
     plan.write_bytes(b"x" * 10)
     sidecar_path(plan).write_text("{not json")
     with pytest.raises(ArtifactError) as ei:
-        trtb.open_backend(plan, trtb.Options(), 8)
+        trtb.open_backend(plan, TensorRTOptions(), 8)
     assert str(sidecar_path(plan)) in str(ei.value)
 
 
@@ -340,21 +346,21 @@ def test_sidecar_mismatch_refused_before_tensorrt_is_imported(
     monkeypatch.setitem(sys.modules, "tensorrt", None)
     plan = _plan_with_sidecar(tmp_path, b"p" * 10, plan={"bytes": 11})
     with pytest.raises(ArtifactError, match="truncated"):
-        trtb.open_backend(plan, trtb.Options(), 8)
+        trtb.open_backend(plan, TensorRTOptions(), 8)
 
 
 # -- options ---------------------------------------------------------------------------------
 
 
-def _options(data: dict[str, Any]) -> tuple[trtb.Options, list[str]]:
+def _options(data: dict[str, Any]) -> tuple[TensorRTOptions, list[str]]:
     t = Table(data, "models[0].variants[0].options", "/etc/edged/config.toml")
-    opts = trtb.Options.from_table(t)
+    opts = TensorRTOptions.from_table(t)
     return opts, t.problems
 
 
 def test_options_defaults_and_values() -> None:
     opts, problems = _options({})
-    assert problems == [] and opts == trtb.Options(device=0, version_compatible=False)
+    assert problems == [] and opts == TensorRTOptions(device=0, version_compatible=False)
     opts, problems = _options({"device": 1, "version_compatible": True})
     assert problems == [] and opts.device == 1 and opts.version_compatible is True
 
@@ -532,7 +538,7 @@ def test_gpu_backend_matches_onnxruntime(built_plan: tuple[Path, Path]) -> None:
 
     onnx_path, plan = built_plan
     sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    be = trtb.open_backend(plan, trtb.Options(), 8)
+    be = trtb.open_backend(plan, TensorRTOptions(), 8)
     try:
         assert be.batch_sizes is not None and be.batch_sizes[0] == 1  # the profile's range
         assert [s.to_json() for s in be.inputs] == [
@@ -563,7 +569,7 @@ def test_gpu_plan_for_another_sm_is_refused(built_plan: tuple[Path, Path], tmp_p
     side.pop("format"), side.pop("created")
     write_sidecar(copy, side)
     with pytest.raises(ArtifactError, match=r"compute capability 1\.0"):
-        trtb.open_backend(copy, trtb.Options(), 8)
+        trtb.open_backend(copy, TensorRTOptions(), 8)
 
 
 @gpu
@@ -571,7 +577,7 @@ def test_gpu_garbage_plan_names_file(tmp_path: Path) -> None:
     plan = tmp_path / "garbage.engine"
     plan.write_bytes(os.urandom(4096))
     with pytest.raises(ArtifactError, match="cannot deserialize") as ei:
-        trtb.open_backend(plan, trtb.Options(), 8)
+        trtb.open_backend(plan, TensorRTOptions(), 8)
     assert str(plan) in str(ei.value)
 
 
@@ -581,7 +587,7 @@ def test_gpu_static_batch_plan_reports_its_batch(tmp_path: Path) -> None:
     plan = build_engine(
         onnx_path, tmp_path / "static.engine", min_batch=1, opt_batch=1, max_batch=1
     )
-    be = trtb.open_backend(plan, trtb.Options(), 4)
+    be = trtb.open_backend(plan, TensorRTOptions(), 4)
     try:
         assert be.batch_sizes == (4,)
         out = run_batch(be, {"input": np.zeros((2, 1, 28, 28), np.float32)})["logits"]
@@ -602,10 +608,10 @@ def test_gpu_parser_errors_are_reported(tmp_path: Path) -> None:
 def test_gpu_compile_step_builds_keyed_fp32_fp16_int8_plans(tmp_path: Path) -> None:
     import onnxruntime as ort
 
-    from edged.backends.tensorrt_keys import plan_file_name, timing_cache_name
+    from edged.backends.tensorrt.keys import plan_file_name, timing_cache_name
     from edged.compile.data import Dataset
-    from edged.compile.tensorrt import device_key
-    from edged.compile.tensorrt_plans import build_plans
+    from edged.compile.tensorrt_build import device_key
+    from edged.compile.tensorrt_steps import build_plans
 
     src = _digits_like_onnx(tmp_path / "m-fp32.onnx")
     rng = np.random.default_rng(2)
@@ -624,7 +630,7 @@ def test_gpu_compile_step_builds_keyed_fp32_fp16_int8_plans(tmp_path: Path) -> N
         assert side is not None and side["precision"] == precision
         assert side["target"]["key"] == key.slug() and "l4t" in side["target"]
         assert side["name"] == f"m-trt-{precision}"
-        be = trtb.open_backend(plan, trtb.Options(), 8)
+        be = trtb.open_backend(plan, TensorRTOptions(), 8)
         try:
             got = run_batch(be, {"input": x})["logits"]
         finally:

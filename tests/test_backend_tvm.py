@@ -21,12 +21,13 @@ ort = pytest.importorskip("onnxruntime")
 
 from edged.backends import backend_module  # noqa: E402
 from edged.backends.base import run_batch  # noqa: E402
-from edged.backends.sidecar import sha256_file, sidecar_path, write_sidecar  # noqa: E402
-from edged.backends.tvm import Options, open_backend  # noqa: E402
+from edged.backends.support.sidecar import sha256_file, sidecar_path, write_sidecar  # noqa: E402
+from edged.backends.tvm import open_backend  # noqa: E402
 from edged.compile import tvm_build  # noqa: E402
 from edged.compile.modelinfo import io_specs, tool_versions  # noqa: E402
+from edged.config.runtimes import TvmOptions  # noqa: E402
+from edged.config.schema import Table  # noqa: E402
 from edged.errors import ArtifactError  # noqa: E402
-from edged.schema import Table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "digits" / "cnn-fp32.onnx"
@@ -72,7 +73,7 @@ def _copy(built: dict[str, Path], name: str, tmp: Path) -> Path:
 
 def test_dynamic_library_matches_onnxruntime(built, data) -> None:
     x, ref = data
-    be = open_backend(built["dyn"], Options(threads=2), 8)
+    be = open_backend(built["dyn"], TvmOptions(threads=2), 8)
     assert be.batch_sizes is None
     assert [s.name for s in be.inputs] == ["input"] and be.inputs[0].shape == (-1, 1, 28, 28)
     for n in (1, 3, 8):
@@ -86,7 +87,7 @@ def test_dynamic_library_matches_onnxruntime(built, data) -> None:
 
 def test_per_batch_set_pads_and_chunks(built, data) -> None:
     x, ref = data
-    be = backend_module("tvm").open_backend(built["set"], Options(), 8)
+    be = backend_module("tvm").open_backend(built["set"], TvmOptions(), 8)
     assert be.batch_sizes == (1, 4)
     for n in (1, 2, 3, 4, 6, 9):  # padded to 4; larger batches run in chunks
         out = run_batch(be, {"input": x[:n]})["logits"]
@@ -98,23 +99,23 @@ def test_per_batch_set_pads_and_chunks(built, data) -> None:
 
 def test_options_from_table() -> None:
     problems: list[str] = []
-    o = Options.from_table(Table({"threads": 2}, "models[0].variants[0].options", "c.toml",
+    o = TvmOptions.from_table(Table({"threads": 2}, "models[0].variants[0].options", "c.toml",
                                  problems))
     assert o.threads == 2 and not problems
-    Options.from_table(Table({"threads": 0, "devcie": "cpu"}, "o", "c.toml", problems))
+    TvmOptions.from_table(Table({"threads": 0, "devcie": "cpu"}, "o", "c.toml", problems))
     assert any("threads" in p for p in problems) and any("device" in p for p in problems)
 
 
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match=r"not found: .*nope\.so"):
-        open_backend(tmp_path / "nope.so", Options(), 8)
+        open_backend(tmp_path / "nope.so", TvmOptions(), 8)
 
 
 def test_missing_member_of_set(built, tmp_path: Path) -> None:
     p = _copy(built, "set", tmp_path)
     (tmp_path / "set.b4.so").unlink()
     with pytest.raises(ArtifactError, match=r"set\.b4\.so"):
-        open_backend(p, Options(), 8)
+        open_backend(p, TvmOptions(), 8)
 
 
 def test_truncated_library_is_refused(built, tmp_path: Path) -> None:
@@ -122,16 +123,16 @@ def test_truncated_library_is_refused(built, tmp_path: Path) -> None:
     data = p.read_bytes()
     p.write_bytes(data[: len(data) // 2])
     with pytest.raises(ArtifactError, match=r"dyn\.so.*truncated or corrupt"):
-        open_backend(p, Options(), 8)
+        open_backend(p, TvmOptions(), 8)
     # Without a recorded checksum the loader itself must still fail cleanly.
     meta = json.loads(sidecar_path(p).read_text())
     meta.pop("sha256")
     sidecar_path(p).write_text(json.dumps(meta))
     with pytest.raises(ArtifactError, match=r"dyn\.so: TVM library is truncated"):
-        open_backend(p, Options(), 8)
+        open_backend(p, TvmOptions(), 8)
     p.write_bytes(b"garbage" * 100)
     with pytest.raises(ArtifactError, match=r"dyn\.so: not a shared library"):
-        open_backend(p, Options(), 8)
+        open_backend(p, TvmOptions(), 8)
 
 
 def test_other_architecture_is_refused(built, tmp_path: Path) -> None:
@@ -142,7 +143,7 @@ def test_other_architecture_is_refused(built, tmp_path: Path) -> None:
     meta["target"]["mtriple"] = other
     sidecar_path(p).write_text(json.dumps(meta))
     with pytest.raises(ArtifactError, match=rf"dyn\.so: built for {other}"):
-        open_backend(p, Options(), 8)
+        open_backend(p, TvmOptions(), 8)
 
 
 def test_other_tvm_version_is_refused(built, tmp_path: Path) -> None:
@@ -151,23 +152,23 @@ def test_other_tvm_version_is_refused(built, tmp_path: Path) -> None:
     meta["tools"]["tvm"] = "0.19.0"
     sidecar_path(p).write_text(json.dumps(meta))
     with pytest.raises(ArtifactError, match=r"built with TVM 0\.19\.0.*apache-tvm==0\.19\.0"):
-        open_backend(p, Options(), 8)
+        open_backend(p, TvmOptions(), 8)
 
 
 def test_missing_or_foreign_sidecar(built, tmp_path: Path) -> None:
     p = _copy(built, "dyn", tmp_path)
     sidecar_path(p).unlink()
     with pytest.raises(ArtifactError, match="no sidecar"):
-        open_backend(p, Options(), 8)
+        open_backend(p, TvmOptions(), 8)
     sidecar_path(p).write_text("{not json")
     with pytest.raises(ArtifactError, match="unreadable artifact sidecar"):
-        open_backend(p, Options(), 8)
+        open_backend(p, TvmOptions(), 8)
 
 
 def test_missing_tvm_names_the_extra(built, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tvm", None)  # makes `import tvm` raise ImportError
     with pytest.raises(ArtifactError, match=r"edged\[tvm\]"):
-        open_backend(built["dyn"], Options(), 8)
+        open_backend(built["dyn"], TvmOptions(), 8)
 
 
 def test_daemon_serves_tvm_with_the_runtime_library_only(built, data, tmp_path: Path) -> None:

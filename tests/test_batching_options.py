@@ -19,7 +19,7 @@ from support.slow_model import make_slow_model
 from support.waits import wait_computing
 
 from edged.client import build_infer
-from edged.config import ConfigError, load_config
+from edged.config.file import ConfigError, load_config
 
 X = np.zeros((1, 64), np.float32)
 

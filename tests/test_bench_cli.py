@@ -16,7 +16,7 @@ from support.paths import MODELS, ROOT
 
 from edged.bench.daemon_process import daemon_pid, same_endpoint
 from edged.bench.threads import TICK_MS, read_stat
-from edged.thread_names import name_os_thread
+from edged.host.thread_names import name_os_thread
 
 linux_only = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
 

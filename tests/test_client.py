@@ -21,7 +21,7 @@ from support.faults import broken_artifact, make_batch_collapsing_model
 from support.paths import MODELS
 from support.slow_model import make_slow_model
 
-from edged import cli
+from edged.cli import main as cli
 from edged.client import (
     STATUS_ERRORS,
     AsyncClient,
@@ -43,8 +43,8 @@ from edged.client import (
     find_control,
     parse_reply,
 )
-from edged.protocol.control import CONTROL_OPS
-from edged.protocol.reply import encode_header
+from edged.protocols.native.control import CONTROL_OPS
+from edged.protocols.native.reply import encode_header
 
 VAL = dict(np.load(MODELS / "validation.npz"))  # an NpzFile re-reads on every [ ]
 X64 = np.ones((1, 64), np.float32)

@@ -19,12 +19,13 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from edged.backends.sidecar import read_sidecar, sidecar_path, write_sidecar
+from edged.backends.support.sidecar import read_sidecar, sidecar_path, write_sidecar
 from edged.compile import cli
 from edged.compile.options import CompileOptions, OptionError
 from edged.compile.pipeline import Result, run
 from edged.compile.validate import compare
-from edged.golden import read_golden
+from edged.config.runtimes import TvmOptions
+from edged.verify.golden import read_golden
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGITS = ROOT / "models" / "digits"
@@ -362,4 +363,4 @@ def test_cross_compiles_for_aarch64_and_the_x86_daemon_refuses_it(tmp_path) -> N
     assert meta is not None and meta["target"]["mtriple"].startswith("aarch64")
     if platform.machine() != "aarch64":
         with pytest.raises(ArtifactError, match=r"built for aarch64.*this machine is"):
-            tvm_backend.open_backend(so, tvm_backend.Options(), 8)
+            tvm_backend.open_backend(so, TvmOptions(), 8)

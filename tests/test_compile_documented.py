@@ -22,14 +22,14 @@ from typing import Any
 
 import pytest
 
-from edged import modeljson
-from edged.backends.isa import CpuIsa, cpu_isa
-from edged.backends.sidecar import read_sidecar
+from edged.backends.support.isa import CpuIsa, cpu_isa
+from edged.backends.support.sidecar import read_sidecar
 from edged.compile import ladder
 from edged.compile.options import CompileOptions
 from edged.compile.ort_steps import seven_bit_weights
 from edged.compile.pipeline import run
 from edged.compile.sources import DataError
+from edged.config import modeljson
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = Path("models/digits/cnn-fp32.onnx")  # as typed in the README, from the repo root

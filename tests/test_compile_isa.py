@@ -1,7 +1,7 @@
 """INT8 across CPUs: the build CPU's ISA in the sidecar, and the warning at load.
 
 ONNX Runtime's U8S8 kernels saturate with 8-bit weights on an x86 CPU without VNNI
-(``edged.backends.isa``). The CPU is read from files in ``/proc/cpuinfo``'s own
+(``edged.backends.support.isa``). The CPU is read from files in ``/proc/cpuinfo``'s own
 format, here those of three real machines (an AVX2-only AMD EPYC, an AVX-512 VNNI
 Xeon, a Raspberry Pi 5), so every assertion holds whatever CPU runs the suite.
 Artifacts are built by the real pipeline on the shipped digits model and loaded by
@@ -21,8 +21,8 @@ from support.configs import config, model_table, variant
 from support.daemons import Daemon
 from support.paths import MODELS, ROOT
 
-from edged.backends.isa import CPUINFO_ENV, CpuIsa, cpu_isa, int8_weights_warning
-from edged.backends.sidecar import read_sidecar
+from edged.backends.support.isa import CPUINFO_ENV, CpuIsa, cpu_isa, int8_weights_warning
+from edged.backends.support.sidecar import read_sidecar
 from edged.compile.options import CompileOptions
 from edged.compile.pipeline import Result, run
 

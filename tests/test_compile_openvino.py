@@ -16,9 +16,9 @@ from support.paths import MODELS, ROOT
 
 pytest.importorskip("onnx")
 
-from edged.backends.sidecar import read_sidecar
+from edged.backends.support.sidecar import read_sidecar
 from edged.compile import cli
-from edged.golden import read_golden
+from edged.verify.golden import read_golden
 
 needs_ov = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
                               reason="OpenVINO is not installed (pip install 'edged[openvino]')")

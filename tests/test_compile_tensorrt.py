@@ -17,16 +17,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edged.backends import tensorrt as trtb
-from edged.backends import tensorrt_keys as keys
-from edged.backends import tensorrt_plan as trtp
-from edged.backends.sidecar import write_sidecar
-from edged.backends.tensorrt_support import probe
-from edged.compile import tensorrt as trt_build
-from edged.compile import tensorrt_plans as plans
+from edged.backends.support.sidecar import write_sidecar
+from edged.backends.tensorrt import backend as trtb
+from edged.backends.tensorrt import keys as keys
+from edged.backends.tensorrt import plan as trtp
+from edged.backends.tensorrt.cuda import probe
+from edged.compile import tensorrt_build as trt_build
+from edged.compile import tensorrt_steps as plans
 from edged.compile.data import Preprocess, load_dataset
 from edged.compile.options import CompileOptions, parse_precisions
 from edged.compile.pipeline import run
+from edged.config.runtimes import TensorRTOptions
 from edged.errors import ArtifactError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -222,7 +223,7 @@ def test_a_jetson_plan_is_refused_at_load_on_this_machine_without_tensorrt(
     plan.write_bytes(b"p" * 64)
     write_sidecar(plan, {**_sidecar(ORIN, arch=other), "plan": {"bytes": 64}})
     with pytest.raises(ArtifactError) as ei:
-        trtb.open_backend(plan, trtb.Options(), 8)
+        trtb.open_backend(plan, TensorRTOptions(), 8)
     msg = str(ei.value)
     assert str(plan) in msg and f"built on {other}" in msg
     assert "L4T 36.4.3" in msg and f"--out {tmp_path} --steps tensorrt" in msg

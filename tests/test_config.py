@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from edged.config.server import Limits
 from support.paths import MODELS, ROOT
 
-from edged.config import Config, Limits, load_config, parse_config
+from edged.config.file import Config, load_config, parse_config
 from edged.errors import ConfigError
-from edged.runtime_dir import ipc_path, resolve_runtime_dir
+from edged.host.runtime_dir import ipc_path, resolve_runtime_dir
 
 
 def test_shipped_config_parses_into_typed_objects() -> None:

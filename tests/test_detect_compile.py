@@ -20,7 +20,8 @@ pytest.importorskip("pycocotools")
 
 from onnx import TensorProto, helper  # noqa: E402
 
-from edged.backends.sidecar import read_sidecar  # noqa: E402
+from edged.backends.support.sidecar import read_sidecar  # noqa: E402
+from edged.compile.checks import open_variant  # noqa: E402
 from edged.compile.detect_val import (  # noqa: E402
     DetectionCheck,
     load_detection_set,
@@ -28,7 +29,6 @@ from edged.compile.detect_val import (  # noqa: E402
 )
 from edged.compile.options import CompileOptions, OptionError  # noqa: E402
 from edged.compile.pipeline import Result, run  # noqa: E402
-from edged.compile.runners import open_variant  # noqa: E402
 from edged.compile.sources import DataError  # noqa: E402
 
 

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edged.detect.config import PostprocessConfig
-from edged.detect.labels import labels_from_metadata, read_labels_file
+from edged.config.postprocess import PostprocessConfig, read_labels_file
+from edged.config.schema import Table
+from edged.detect.labels import labels_from_metadata
 from edged.detect.outputs import OutputMismatch, check_outputs
 from edged.detect.postprocess import Postprocessor
 from edged.errors import INVALID_ARGUMENT, ArtifactError, InvalidArgument
-from edged.schema import Table
 
 WHERE = "models[0].postprocess"
 
@@ -206,7 +206,7 @@ def test_yolo_picks_the_layout_from_the_output_shape() -> None:
 
 
 def test_models_postprocess_in_the_daemon_config(tmp_path: Path) -> None:
-    from edged.config import parse_config
+    from edged.config.file import parse_config
     from edged.errors import ConfigError
 
     model = {"name": "det", "variants": [{"name": "fp32", "backend": "onnxruntime",

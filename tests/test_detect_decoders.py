@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edged.detect.config import PostprocessConfig
-from edged.detect.decoders import yolox_grid
+from edged.config.postprocess import PostprocessConfig
+from edged.config.schema import Table
+from edged.detect.decoders.yolox import yolox_grid
 from edged.detect.geometry import Transform, fit
 from edged.detect.postprocess import Postprocessor
-from edged.schema import Table
 
 W = H = 640
 C = 3

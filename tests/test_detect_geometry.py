@@ -90,10 +90,10 @@ def test_detections_table() -> None:
 
 def test_jpeg_to_model_tensor_through_letterbox_and_preprocessor() -> None:
     """The serving path: decode_image -> Postprocessor.fit -> Preprocessor.from_frame."""
-    from edged.detect.config import PostprocessConfig
+    from edged.config.postprocess import PostprocessConfig
+    from edged.config.schema import Table
     from edged.detect.postprocess import Postprocessor
-    from edged.preprocess import PreprocessConfig, Preprocessor, decode_image
-    from edged.schema import Table
+    from edged.preprocess.preprocessor import PreprocessConfig, Preprocessor, decode_image
 
     img = np.zeros((720, 1280, 3), np.uint8)
     img[200:400, 600:900] = 255  # a white box, x 600..900, y 200..400

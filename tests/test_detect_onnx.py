@@ -12,11 +12,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from edged.detect.config import PostprocessConfig
+from edged.config.postprocess import PostprocessConfig
+from edged.config.schema import Table
 from edged.detect.labels import onnx_metadata
 from edged.detect.outputs import OutputMismatch
 from edged.detect.postprocess import Postprocessor
-from edged.schema import Table
 
 onnx = pytest.importorskip("onnx")
 

@@ -16,9 +16,9 @@ import onnxruntime as ort
 import pytest
 from support.paths import MODELS
 
-from edged.backends.isa import cpu_isa
-from edged.cli import main
-from edged.config import load_config
+from edged.backends.support.isa import cpu_isa
+from edged.cli.main import main
+from edged.config.file import load_config
 from edged.device.candidates import ModelRun, load_model, openvino_candidates, ort_candidates
 from edged.device.probe import int8_isa, platform_facts
 from edged.device.report import Report

@@ -72,10 +72,10 @@ def decode_yolov8(out: np.ndarray, size: int, conf: float, iou: float,
                   max_det: int) -> list[np.ndarray]:
     """The model's ``[B, 14, N]`` output through edged's own YOLOv8 decoder and NMS."""
     from edged.backends.base import TensorSpec
-    from edged.detect.config import PostprocessConfig
+    from edged.config.postprocess import PostprocessConfig
+    from edged.config.schema import Table
     from edged.detect.geometry import Transform
     from edged.detect.postprocess import Postprocessor
-    from edged.schema import Table
 
     problems: list[str] = []
     cfg = PostprocessConfig.from_table(Table(

@@ -78,7 +78,7 @@ def test_c_client_gets_the_same_answer_as_the_python_client(daemon: Daemon, c_cl
 
 def test_c_client_shm_mode_gets_the_same_answer_and_leaves_nothing(
         daemon: Daemon, c_client: Path, tmp_path: Path) -> None:
-    from edged.shm import SHM_DIR, available
+    from edged.protocols.native.shm_rings import SHM_DIR, available
 
     if not available():
         pytest.skip("needs /dev/shm")

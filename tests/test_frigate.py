@@ -24,9 +24,9 @@ from support.daemons import Daemon, free_port, metric, metrics
 from support.paths import ROOT
 from support.person import TRUE_BOX, iou, photo
 
-from edged.config import load_config
+from edged.config.file import load_config
 from edged.errors import ConfigError
-from edged.frigate_protocol import RESULT_BYTES
+from edged.protocols.frigate.wire import RESULT_BYTES
 
 
 def frigate_config(tmp: Path, ports: tuple[int, int], timeout_ms: float = 200.0,
@@ -253,7 +253,7 @@ def test_example_frigate_config_pairs_with_a_valid_edged_table(tmp_path: Path) -
 
 
 def test_status_lists_the_frigate_endpoints(fd: Daemon) -> None:
-    from edged.status_text import format_status
+    from edged.cli.status_text import format_status
 
     r = fd.ctl({"op": "status"})
     want = {f"tcp://127.0.0.1:{p}": "person" for p in fd.frigate_ports}

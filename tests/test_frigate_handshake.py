@@ -1,6 +1,6 @@
 """Frigate's start-up handshake and model transfer against the real daemon.
 
-The client is ``edged.frigate_client.FrigateDetector``, written after Frigate's ``zmq``
+The client is ``edged.testing.frigate_plugin.FrigateDetector``, written after Frigate's ``zmq``
 plugin as docs/frigate.md describes it (REQ, handshake with 30 s waits, socket reset and a
 new handshake after a timeout). Models: the shipped person detector (configured, and sent
 as ``ssd``), the trained digits-det sent as ``yologeneric``, and one small graph per
@@ -26,7 +26,7 @@ from support.daemons import Daemon, free_port
 from support.paths import ROOT
 from support.person import TRUE_BOX, iou, photo
 
-from edged.frigate_client import FrigateDetector
+from edged.testing.frigate_plugin import FrigateDetector
 
 pytest.importorskip("onnx", reason="model transfer checks graphs with onnx")
 

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from support.daemons import Daemon, free_port
 
-from edged.frigate_client import HANDSHAKE_WAIT_S, FrigateDetector
-from edged.server.frigate_manage import READY_WAIT_S
+from edged.protocols.frigate.handshake import READY_WAIT_S
+from edged.testing.frigate_plugin import HANDSHAKE_WAIT_S, FrigateDetector
 
 onnx = pytest.importorskip("onnx")
 

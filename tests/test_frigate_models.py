@@ -13,12 +13,12 @@ import pytest
 from support import frigate_graphs as fg
 from support.paths import ROOT
 
-from edged.detect.anchors import ANCHORS, STRIDES, decode_yolo_anchors
-from edged.detect.decoders import DecodeParams
-from edged.detect.detr import decode_rfdetr
-from edged.frigate_models import ModelRefused, check_model
-from edged.frigate_types import normalize_type
-from edged.model_store import ModelStore, check_name
+from edged.config.layouts import normalize_type
+from edged.detect.decoders.rfdetr import decode_rfdetr
+from edged.detect.decoders.support import DecodeParams
+from edged.detect.decoders.yolo_anchors import ANCHORS, STRIDES, decode_yolo_anchors
+from edged.protocols.frigate.model_check import ModelRefused, check_model
+from edged.protocols.frigate.store import ModelStore, check_name
 
 onnx = pytest.importorskip("onnx")
 
@@ -185,7 +185,7 @@ def test_model_names_are_file_names(name: object, ok: bool) -> None:
 
 
 def test_config_keys_of_sent_models_are_checked(tmp_path: Path) -> None:
-    from edged.config import parse_config
+    from edged.config.file import parse_config
     from edged.errors import ConfigError
 
     (tmp_path / "afile").write_text("x")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edged.errors import InvalidArgument
-from edged.frigate_protocol import RESULT_BYTES, ZEROS, encode_result, labelmap, parse_request
+from edged.protocols.frigate.wire import RESULT_BYTES, ZEROS, encode_result, labelmap, parse_request
 
 RNG = np.random.default_rng(0)
 IMAGE = RNG.integers(0, 256, (48, 64, 3), dtype=np.uint8)  # HxWx3, distinct per channel
@@ -93,13 +93,13 @@ def test_labelmap_lists_frigate_ids() -> None:
 ])
 def test_management_messages_are_told_apart_by_their_keys(frames: list[bytes],
                                                           management: bool) -> None:
-    from edged.frigate_protocol import management_header
+    from edged.protocols.frigate.wire import management_header
 
     assert (management_header(frames) is not None) == management
 
 
 def test_refusals_have_the_shape_of_the_answer_asked_for() -> None:
-    from edged.frigate_protocol import refusal
+    from edged.protocols.frigate.wire import refusal
 
     r = refusal({"model_request": True, "model_name": 5}, "bad")
     assert r == {"model_available": False, "model_loaded": False, "model_name": None,

@@ -27,7 +27,7 @@ from support.daemons import Daemon, free_port
 from support.governor import one_step_warm
 from support.paths import ROOT
 
-from edged.frigate_client import FrigateDetector
+from edged.testing.frigate_plugin import FrigateDetector
 
 pytest.importorskip("onnx", reason="model transfer checks graphs with onnx")
 
@@ -159,7 +159,7 @@ def test_a_sent_model_gets_checked_rungs_the_governor_swaps_to(tmp_path: Path) -
         if ladder[0] == "fp32":  # the served session took the rungs: no second fp32 load
             loads = f"model loaded model={name} variant={names[0]} "
             assert d.log().count(loads) == 1, d.log()
-        from edged.status_text import format_status
+        from edged.cli.status_text import format_status
 
         assert f"rungs {address}: offered {' > '.join(g['ladder'])}" in format_status(
             d.ctl({"op": "status"}))
@@ -188,9 +188,10 @@ def test_a_sent_model_gets_checked_rungs_the_governor_swaps_to(tmp_path: Path) -
 
 
 def test_without_openvino_its_rungs_are_skipped_with_the_reason(tmp_path: Path) -> None:
-    """The build itself (``python -m edged.frigate_rung_build``, as the daemon runs it) where
-    ``import openvino`` fails, as on a machine without it: the ORT int8 rung is built and
-    checked, OpenVINO's are skipped saying why, and the status entry says so too."""
+    """The build itself (``python -m edged.protocols.frigate.build_rungs``, as the daemon
+    runs it) where ``import openvino`` fails, as on a machine without it: the ORT int8 rung
+    is built and checked, OpenVINO's are skipped saying why, and the status entry says so
+    too."""
     stub = tmp_path / "no-openvino" / "openvino"
     stub.mkdir(parents=True)
     (stub / "__init__.py").write_text('raise ImportError("No module named \'openvino\'")\n')
@@ -199,7 +200,7 @@ def test_without_openvino_its_rungs_are_skipped_with_the_reason(tmp_path: Path) 
     frames = tmp_path / "frames.npz"
     np.savez(frames, frames=np.concatenate(scenes()[:8]))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(stub.parent), str(ROOT)))}
-    out = subprocess.run([sys.executable, "-m", "edged.frigate_rung_build", str(model),
+    out = subprocess.run([sys.executable, "-m", "edged.protocols.frigate.build_rungs", str(model),
                           str(frames), "--model-type", "yologeneric"], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     record = json.loads(out.stdout.strip().splitlines()[-1])
@@ -212,7 +213,7 @@ def test_without_openvino_its_rungs_are_skipped_with_the_reason(tmp_path: Path) 
         assert f"{key}: skipped: OpenVINO is not installed" in out.stdout
         assert not list(tmp_path.glob(f"*.{key}.xml"))
     assert set(record["ladder"]) <= {"fp32", "int8"}
-    from edged.server.frigate_rungs import outcome
+    from edged.protocols.frigate.rung_builds import outcome
 
     entry = outcome(record)
     assert entry["rungs"]["ov-int8"]["state"] == "skipped"
@@ -223,8 +224,8 @@ def test_the_stored_ladder_serves_only_what_is_there(tmp_path: Path) -> None:
     """``with_rungs`` after a restart: the ladder file's order, a rung whose file or
     record is gone left out, a damaged ladder file read as no rungs, and a store from
     before ladder files (an accepted int8 record alone) served with its int8 rung."""
-    from edged.frigate_ladder import artifact, ladder_path, record_path, with_rungs
-    from edged.frigate_models import check_model, model_config
+    from edged.protocols.frigate.model_check import check_model, model_config
+    from edged.protocols.frigate.rungs import artifact, ladder_path, record_path, with_rungs
 
     model = tmp_path / "feed.onnx"
     shutil.copy(DIGITS, model)
@@ -261,7 +262,7 @@ def test_the_stored_ladder_serves_only_what_is_there(tmp_path: Path) -> None:
 def test_the_status_entry_says_each_rungs_fate_and_why() -> None:
     """A build's record as ``edged status`` shows it: the ladder, a refused rung with the
     check's reason, a rung left off the ladder with the ladder rule's, a failed build."""
-    from edged.server.frigate_rungs import outcome
+    from edged.protocols.frigate.rung_builds import outcome
 
     record = {
         "ladder": ["fp32", "int8"], "build_s": 12.5,
@@ -290,7 +291,7 @@ def _timed(name: str, precision: str, ms: float) -> dict[str, Any]:
 
 
 def test_the_served_model_keeps_the_top_unless_an_fp32_rung_is_measurably_faster() -> None:
-    from edged.frigate_rung_build import _top_stays
+    from edged.protocols.frigate.build_rungs import _top_stays
 
     near = [_timed("fp32", "fp32", 10.0), _timed("ov-fp32", "fp32", 9.0),
             _timed("int8", "int8", 8.0)]
@@ -304,7 +305,7 @@ def test_the_served_model_keeps_the_top_unless_an_fp32_rung_is_measurably_faster
 def test_the_build_runs_at_the_lowest_priority_from_its_start() -> None:
     """The daemon lowers the child's priority as soon as it exists, not after the child's
     own imports (a second or more of CPU at the daemon's priority, beside serving)."""
-    from edged.frigate_ladder import lowest_priority_one_core
+    from edged.protocols.frigate.rungs import lowest_priority_one_core
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

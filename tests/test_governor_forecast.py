@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edged.config.schema import Table, raise_if_problems
 from edged.errors import ConfigError
 from edged.governor import Decision, Governor, GovernorConfig, Readings
 from edged.governor.forecast import fit_first_order
 from edged.governor.simulate import Plant, compare, default_ladder
 from edged.governor.thermal_model import choose_rung
-from edged.schema import Table, raise_if_problems
 
 ZONE = "cpu-thermal"
 

@@ -20,8 +20,8 @@ import pytest
 from support.configs import digits_config, digits_variants, variant
 from support.paths import MODELS, ROOT
 
-from edged.cli import main
-from edged.config import load_config
+from edged.cli.main import main
+from edged.config.file import load_config
 from edged.device import isa_check, qemu
 
 

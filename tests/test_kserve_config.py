@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from support.configs import digits_config
 
-from edged.config import load_config
+from edged.config.file import load_config
+from edged.config.kserve import missing_extra
 from edged.errors import ConfigError
-from edged.kserve.config import missing_extra
 
 needs_extra = pytest.mark.skipif(missing_extra() is not None,
                                  reason=f"the kserve extra is not installed ({missing_extra()})")

@@ -1,7 +1,7 @@
 """A bounded live fuzz against a real daemon; scripts/ops/fuzz runs it at scale.
 
 A few thousand malformed, truncated, mutated, oversized and random multipart messages
-(``edged.fuzz``) while a valid client keeps doing real, checked inferences. The
+(``edged.testing.fuzz``) while a valid client keeps doing real, checked inferences. The
 daemon must not crash, must answer every message it can attribute to a sender (all
 of them, on a ROUTER) with a status that message may legitimately get, must keep the
 valid client correctly served, and its RSS must stay flat: under 20 % growth from
@@ -19,8 +19,8 @@ import zmq
 from support.daemons import Daemon
 from support.paths import MODELS
 
-from edged.fuzz.live import env_seed, fuzz_config, peak_rss, run_fuzz
-from edged.fuzz.messages import Generator
+from edged.testing.fuzz.live import env_seed, fuzz_config, peak_rss, run_fuzz
+from edged.testing.fuzz.messages import Generator
 
 MESSAGES = 5000
 RSS_GROWTH_BOUND_PCT = 20.0

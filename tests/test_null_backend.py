@@ -14,12 +14,14 @@ import pytest
 from support.configs import config, model_table, variant
 
 from edged.backends import backend_module
-from edged.backends.null import Options
-from edged.config import Config, Limits, load_config
+from edged.backends.null import open_backend
+from edged.batching.queue import Result
+from edged.config.file import Config, load_config
+from edged.config.server import Limits
 from edged.errors import ConfigError, EdgedError
 from edged.metrics import Metrics
-from edged.model import Model, Result
-from edged.protocol.request import InputMeta, Request
+from edged.model.model import Model
+from edged.model.request import InputMeta, Request
 
 
 def echo_config(tmp: Path, options: dict[str, Any], max_batch_size: int = 8) -> Path:
@@ -75,7 +77,7 @@ def test_null_backend_options_are_validated_with_the_key(tmp_path: Path) -> None
     text = "\n".join(ei.value.problems)
     assert "models[0].variants[0].options.shape" in text
     assert "models[0].variants[0].options.batch_sizes" in text
-    assert backend_module("null").Options is Options
+    assert backend_module("null").open_backend is open_backend
 
 
 def test_daemon_serves_the_null_backend(make_daemon: Any, tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from edged.backends import onnxruntime as ortb
-from edged.backends import ort_cache
+from edged.backends.support import ort_cache
+from edged.config.runtimes import OnnxRuntimeOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "digits" / "cnn-fp32.onnx"
@@ -33,7 +34,7 @@ def model(tmp_path: Path) -> Path:
 
 def _open(model: Path, cache: Path | None, **kw) -> ortb.OnnxRuntimeBackend:
     kw.setdefault("threads", 1)
-    return ortb.open_backend(model, ortb.Options(optimized_model_path=cache, **kw), 1)
+    return ortb.open_backend(model, OnnxRuntimeOptions(optimized_model_path=cache, **kw), 1)
 
 
 def _stamp(p: Path) -> tuple[int, int]:

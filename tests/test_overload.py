@@ -15,11 +15,11 @@ import pytest
 from support.configs import config, model_table, person_config, variant
 from support.waits import wait_until
 
-from edged.config import parse_config
+from edged.cli.status_text import format_status
+from edged.config.file import parse_config
+from edged.config.overload import OverloadConfig
 from edged.errors import ConfigError
-from edged.overload_config import OverloadConfig
 from edged.server.overload import MIN_ANSWERS, UNKNOWN_COST_RATIO, decide
-from edged.status_text import format_status
 
 CFG = OverloadConfig(step_down=True, down_at=0.6, up_at=0.4, dwell_s=10.0)
 
@@ -172,7 +172,7 @@ class _Served:
     def __init__(self, cfg: OverloadConfig) -> None:
         from types import SimpleNamespace
 
-        from edged.model_usage import ModelUsage
+        from edged.model.usage import ModelUsage
 
         self.name = "det"
         self.cfg = SimpleNamespace(overload=cfg)
@@ -215,7 +215,7 @@ def test_the_standby_is_held_only_where_memory_allows(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
     from types import SimpleNamespace
 
-    from edged.standby import Standby
+    from edged.model.standby import Standby
 
     artifact = tmp_path / "light.onnx"
     artifact.write_bytes(b"x" * 1024)

@@ -20,6 +20,8 @@ from support.ort import ort_session
 from support.paths import PERSON_MODELS
 from support.person import TRUE_BOX, iou, photo, preprocessor
 
+from edged.preprocess.preprocessor import decode_image
+
 MODEL_DIR = PERSON_MODELS
 VARIANTS = ("ssdlite-fp32", "ssdlite-int8")
 INPUT = "image_tensor:0"
@@ -55,7 +57,8 @@ def test_finds_the_person(variant: str, name: str) -> None:
     bgr, encoded = photo(name)
     pre = preprocessor()
     # From the JPEG bytes where the package ships a file, else from a raw BGR frame.
-    x = pre.from_encoded(encoded, 1 << 25) if encoded is not None else pre.from_frame(bgr)
+    x = (pre.from_frame(decode_image(encoded, 1 << 25), source_color="bgr")
+         if encoded is not None else pre.from_frame(bgr))
     num, boxes, scores, classes = session(variant).run(OUTPUTS, {INPUT: x})
     assert num.shape == (1,) and boxes.shape == (1, 100, 4)
     person = (classes[0] == PERSON) & (scores[0] >= 0.5)

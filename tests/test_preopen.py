@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from support.configs import digits_config, variant
 
-from edged.backends import load
-from edged.config import load_config
+from edged.config.file import load_config
 from edged.errors import ArtifactError
+from edged.model import preopen as load
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2,
                                 reason="pre-opening is off on one core (nothing to overlap)")

@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 import pytest
 
-from edged.preprocess import PreprocessConfig, Preprocessor
+from edged.preprocess.preprocessor import PreprocessConfig, Preprocessor
 
 CASES = list(itertools.product(("rgb", "bgr"), ("rgb", "bgr"), ("NCHW", "NHWC"),
                                ("float32", "float16", "uint8"), (3, 4)))

@@ -1,10 +1,10 @@
 """Property tests of the wire decoder against hostile input.
 
-``edged.protocol.request.parse_request`` reads straight off a socket. For any frames at all it
-must either return a Request that respects every limit or raise ProtocolError with a
-client-facing status; it must never allocate in proportion to what a header merely
-*claims* (shapes are checked before anything is allocated, tensors are zero-copy
-views of the received frames); and a valid request must come back exactly as sent.
+``edged.protocols.native.request.parse_request`` reads straight off a socket. For any frames
+at all it must either return a Request that respects every limit or raise ProtocolError with
+a client-facing status; it must never allocate in proportion to what a header merely
+*claims* (shapes are checked before anything is allocated, tensors are zero-copy views of
+the received frames); and a valid request must come back exactly as sent.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from edged.client import build_infer
-from edged.config import Limits
-from edged.protocol.client_decode import decode_reply
-from edged.protocol.reply import ok_reply_frames
-from edged.protocol.request import ENCODINGS, OPS, ProtocolError, Request, parse_request
-from edged.protocol.tensors import DTYPES
+from edged.config.server import Limits
+from edged.model.request import Request
+from edged.protocols.native.client_decode import decode_reply
+from edged.protocols.native.reply import ok_reply_frames
+from edged.protocols.native.request import ENCODINGS, OPS, ProtocolError, parse_request
+from edged.protocols.native.tensors import DTYPES
 
 CLIENT_STATUSES = {"INVALID_ARGUMENT", "UNSUPPORTED_VERSION", "NOT_FOUND"}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from support.configs import digits_config, model_table, variant
 
-from edged.config import load_config, parse_config
+from edged.config.file import load_config, parse_config
 from edged.server.reload import plan_reload
 
 

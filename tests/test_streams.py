@@ -23,7 +23,7 @@ from support.waits import wait_computing
 
 from edged.client import build_infer
 from edged.errors import Dropped
-from edged.streams import StreamTable
+from edged.model.streams import StreamTable
 
 X64 = np.ones((1, 64), np.float32)  # the slow model's input
 

@@ -1,4 +1,4 @@
-"""edged.systemd.Notifier against a real AF_UNIX datagram socket (what systemd listens on)."""
+"""edged.host.systemd.Notifier against a real AF_UNIX datagram socket (what systemd listens on)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support.notify_socket import NotifySocket, notify_socket, parse_message
 
-from edged.systemd import Notifier
+from edged.host.systemd import Notifier
 
 __all__ = ["notify_socket"]  # the fixture, re-exported so pytest finds it here
 
@@ -57,7 +57,7 @@ def test_messages_come_from_this_process(notify_socket: NotifySocket) -> None:
 def test_watchdog_and_trigger(any_socket: NotifySocket) -> None:
     n = _notifier(any_socket)
     assert n.watchdog()
-    assert n.watchdog_trigger()
+    assert n.notify(WATCHDOG="trigger")  # what a wedged daemon would send (none does yet)
     assert [m.fields for m in any_socket.messages] == [
         {"WATCHDOG": "1"},
         {"WATCHDOG": "trigger"},
@@ -142,7 +142,7 @@ def test_noop_when_notify_socket_unset() -> None:
 
 def test_noop_when_empty_or_relative(caplog: pytest.LogCaptureFixture) -> None:
     assert not Notifier.from_env({"NOTIFY_SOCKET": ""}).enabled
-    with caplog.at_level(logging.WARNING, logger="edged.systemd"):
+    with caplog.at_level(logging.WARNING, logger="edged.host.systemd"):
         n = Notifier.from_env({"NOTIFY_SOCKET": "vsock:2:1234"})
     assert not n.enabled
     assert not n.ready()
@@ -155,7 +155,7 @@ def test_send_error_never_raises_and_logs_once(caplog: pytest.LogCaptureFixture)
     ns.close()  # the socket file is gone: every send fails with ENOENT
     n = Notifier.from_env(env)
     assert n.enabled
-    with caplog.at_level(logging.DEBUG, logger="edged.systemd"):
+    with caplog.at_level(logging.DEBUG, logger="edged.host.systemd"):
         for _ in range(5):
             assert not n.watchdog()
         assert not n.ready()
@@ -176,7 +176,7 @@ def test_recovers_when_receiver_comes_back(caplog: pytest.LogCaptureFixture) -> 
         again = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         again.bind(path)
         try:
-            with caplog.at_level(logging.INFO, logger="edged.systemd"):
+            with caplog.at_level(logging.INFO, logger="edged.host.systemd"):
                 assert n.watchdog()
             again.settimeout(2)
             assert again.recv(100) == b"WATCHDOG=1"
@@ -242,7 +242,7 @@ def test_unset_environment_hides_variables_from_children(
 def test_subprocess_via_env_reports_its_own_pid(notify_socket: NotifySocket) -> None:
     """The fixture's intended use: a child gets ``.env`` and we see its pid."""
     code = (
-        "from edged.systemd import Notifier\n"
+        "from edged.host.systemd import Notifier\n"
         "n = Notifier.from_env()\n"
         "print(n.watchdog_interval())\n"
         "n.ready('child up')\n"

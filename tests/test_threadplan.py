@@ -9,14 +9,16 @@ from typing import Any
 import pytest
 from support.paths import MODELS
 
-from edged import threadplan
-from edged.backends.onnxruntime import OnnxRuntimeBackend, Options
-from edged.schema import Table
+from edged.backends.onnxruntime import OnnxRuntimeBackend
+from edged.config.runtimes import OnnxRuntimeOptions
+from edged.config.schema import Table
+from edged.host import threadplan
 
 
 def session_entries(opts: dict[str, Any]) -> dict[str, str]:
     problems: list[str] = []
-    o = Options.from_table(Table(opts, "models[0].variants[0].options", "t.toml", problems))
+    o = OnnxRuntimeOptions.from_table(Table(opts, "models[0].variants[0].options", "t.toml",
+                                            problems))
     assert not problems
     b = OnnxRuntimeBackend(MODELS / "cnn-fp32.onnx", o)
     so = b.session.get_session_options()

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edged import golden
 from edged.backends.base import TensorSpec
-from edged.config import parse_config
+from edged.config.file import parse_config
+from edged.config.verify import BY_PRECISION, ModelVerify, VariantVerify, tolerances
 from edged.errors import ConfigError
+from edged.verify import golden
+from edged.verify.check_inputs import RecentInputs, fit_feeds, from_validation
 from edged.verify.compare import VerifyRefused, compare_detections, compare_outputs, matched
-from edged.verify.config import BY_PRECISION, ModelVerify, VariantVerify, tolerances
-from edged.verify.inputs import RecentInputs, fit_feeds, from_validation
 
 INT8 = BY_PRECISION["int8"]
 CONF = 0.4

@@ -18,7 +18,7 @@ from support.configs import DIGITS_PREPROCESS, config, model_table, variant
 from support.daemons import Daemon
 from support.paths import MODELS, ROOT
 
-from edged import golden
+from edged.verify import golden
 
 SAMPLE = MODELS / "samples" / "digit7_196.png"
 

@@ -19,8 +19,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edged.schema import Table
-
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -117,15 +115,6 @@ def zero_feeds(specs: list[TensorSpec], batch_size: int) -> dict[str, np.ndarray
                       for i, d in enumerate(s.shape))
         feeds[s.name] = np.zeros(shape, dtype=s.dtype)
     return feeds
-
-
-class BackendOptions:
-    """Base for per-backend option objects parsed from ``[models.variants.options]``."""
-
-    @classmethod
-    def from_table(cls, t: Table) -> BackendOptions:  # pragma: no cover - overridden
-        t.done()
-        return cls()
 
 
 def require_file(path: Path, what: str) -> None:

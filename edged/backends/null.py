@@ -1,7 +1,7 @@
 """A backend that computes nothing: it echoes its input, so the batcher, the model and
 the server can be tested without a runtime (as tinygrad's ``ops_null``).
 
-Config: ``backend = "null"``; ``path`` is not read. Options: ``shape`` of the one input
+Config: ``backend = "null"``; ``path`` is not read. NullOptions: ``shape`` of the one input
 ``input`` (first dim -1 = batch), ``dtype``, ``batch_sizes`` (declare fixed sizes, as a
 TVM per-batch library or a TensorRT profile would) and ``delay_ms`` (time per run).
 The output ``output`` is the input, so a test can check each reply row is its own.
@@ -10,44 +10,18 @@ The output ``output`` is the input, so a test can check each reply row is its ow
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from edged.backends.base import Backend, BackendInfo, BackendOptions, TensorSpec
-from edged.protocol.tensors import DTYPES
-from edged.schema import Table, non_negative
-
-
-@dataclass(frozen=True)
-class Options(BackendOptions):
-    shape: tuple[int, ...] = (-1, 4)
-    dtype: str = "float32"
-    batch_sizes: tuple[int, ...] | None = None
-    delay_ms: float = 0.0
-
-    @classmethod
-    def from_table(cls, t: Table) -> Options:
-        shape = t.get_list("shape", int, [-1, 4]) or [-1, 4]
-        if not shape or shape[0] != -1 or any(d < 1 for d in shape[1:]):
-            t.problem("shape", f"expected [-1, d1, ...] with every d >= 1; got {shape}")
-            shape = [-1, 4]
-        dtype = t.get("dtype", str, "float32", choices=tuple(sorted(DTYPES)))
-        sizes = t.get_list("batch_sizes", int, None)
-        if sizes is not None and (not sizes or sorted(set(sizes)) != sizes or sizes[0] < 1):
-            t.problem("batch_sizes", f"expected ascending sizes >= 1; got {sizes}")
-            sizes = None
-        delay = t.get("delay_ms", float, 0.0, check=non_negative)
-        t.done()
-        return cls(tuple(shape), dtype or "float32", tuple(sizes) if sizes else None,
-                   delay or 0.0)
+from edged.backends.base import Backend, BackendInfo, TensorSpec
+from edged.config.runtimes import NullOptions
 
 
 class NullBackend(Backend):
     kind = "null"
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: NullOptions) -> None:
         self.options = options
         spec = TensorSpec("input", np.dtype(options.dtype), options.shape)
         self.inputs = [spec]
@@ -68,5 +42,5 @@ class NullBackend(Backend):
         return {"output": np.array(x, copy=True)}
 
 
-def open_backend(path: Path, options: Options, max_batch_size: int) -> NullBackend:
+def open_backend(path: Path, options: NullOptions, max_batch_size: int) -> NullBackend:
     return NullBackend(options)

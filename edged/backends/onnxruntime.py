@@ -3,7 +3,7 @@
 Why these defaults: a daemon on a battery-powered device must not burn idle CPU, yet
 per-operator wake-ups of the intra-op pool cost about 1 ms per MobileNetV2 inference;
 so where there are cores to spare the pool spins while ``Run`` computes and stops the
-moment it returns, and on small devices it does not spin (``edged.threadplan``).
+moment it returns, and on small devices it does not spin (``edged.host.threadplan``).
 Execution providers are tried in the configured order and we log (and report) the one
 that *actually* runs, because ORT silently falls back to CPU when a GPU provider is unavailable.
 """
@@ -11,26 +11,18 @@ that *actually* runs, because ORT silently falls back to CPU when a GPU provider
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edged import threadplan
-from edged.backends import isa, ort_cache
-from edged.backends.base import Backend, BackendInfo, BackendOptions, TensorSpec, require_file
+from edged.backends.base import Backend, BackendInfo, TensorSpec, require_file
+from edged.backends.support import isa, ort_cache
+from edged.config.runtimes import PROVIDERS, OnnxRuntimeOptions
 from edged.errors import ArtifactError
-from edged.schema import Table, non_negative
+from edged.host import threadplan
 
 log = logging.getLogger("edged.backends.onnxruntime")
-
-PROVIDERS = {
-    "tensorrt": "TensorrtExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "cpu": "CPUExecutionProvider",
-}
-OPT_LEVELS = ("disable", "basic", "extended", "layout", "all")
 
 # ONNX tensor element type strings (as ORT reports them) -> numpy
 _ORT_TYPES = {
@@ -39,60 +31,6 @@ _ORT_TYPES = {
     "tensor(int16)": np.int16, "tensor(int32)": np.int32, "tensor(uint32)": np.uint32,
     "tensor(int64)": np.int64, "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
 }
-
-
-@dataclass(frozen=True)
-class Options(BackendOptions):
-    """``[models.variants.options]`` for backend = "onnxruntime"."""
-
-    threads: int = 0  # intra-op threads; 0 = ORT's default (one per physical core)
-    inter_op_threads: int = 1
-    graph_optimization_level: str = "all"
-    optimized_model_path: Path | None = None  # optimized-graph cache (.onnx/.ort), ort_cache.py
-    providers: tuple[str, ...] = ("cpu",)  # tried in order; "auto" = tensorrt, cuda, cpu
-    #: None = the thread plan's choice (spin during Run); False = never; True = as asked
-    allow_spinning: bool | None = None
-    #: keep spinning after Run returns (ORT's default; burns a core between requests)
-    spin_between_runs: bool | None = None
-    provider_options: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: ORT's CPU memory arena (ORT's default): keeps the activations of the largest batch
-    #: ever run (the person detector after batches of 4: +50-70 MB for good). Off, every Run maps
-    #: and faults its buffers afresh: 5-6 ms of kernel time per reply, 25-35 % less throughput
-    #: for the person detector at 8 clients (docs/benchmarks.md, "Fifth build")
-    cpu_mem_arena: bool = True
-
-    @classmethod
-    def from_table(cls, t: Table) -> Options:
-        providers = t.get_list("providers", str, ["cpu"]) or ["cpu"]
-        if providers == ["auto"]:
-            providers = ["tensorrt", "cuda", "cpu"]
-        for i, p in enumerate(providers):
-            if p not in PROVIDERS:
-                t.problem(f"providers[{i}]",
-                          f"unknown provider {p!r}; known: {', '.join(PROVIDERS)} or ['auto']")
-        po_t = t.table("provider_options")
-        po: dict[str, dict[str, str]] = {}
-        for key in list(po_t.data):
-            sub = po_t.table(key)
-            if key not in PROVIDERS:
-                po_t.problem(key, f"unknown provider; known: {', '.join(PROVIDERS)}")
-                continue
-            po[key] = {k: str(v).lower() if isinstance(v, bool) else str(v)
-                       for k, v in sub.data.items()}
-        opts = cls(
-            threads=t.get("threads", int, 0, check=non_negative),
-            inter_op_threads=t.get("inter_op_threads", int, 1, check=non_negative),
-            graph_optimization_level=t.get("graph_optimization_level", str, "all",
-                                           choices=OPT_LEVELS),
-            optimized_model_path=t.get_path("optimized_model_path", None),
-            providers=tuple(p for p in providers if p in PROVIDERS) or ("cpu",),
-            allow_spinning=t.get("allow_spinning", bool, None),
-            spin_between_runs=t.get("spin_between_runs", bool, None),
-            provider_options=po,
-            cpu_mem_arena=t.get("cpu_mem_arena", bool, True),
-        )
-        t.done()
-        return opts
 
 
 def _spec(arg: Any) -> TensorSpec:
@@ -106,7 +44,7 @@ def _spec(arg: Any) -> TensorSpec:
 class OnnxRuntimeBackend(Backend):
     kind = "onnxruntime"
 
-    def __init__(self, path: Path, options: Options) -> None:
+    def __init__(self, path: Path, options: OnnxRuntimeOptions) -> None:
         import onnxruntime as ort
 
         require_file(path, "ONNX model")
@@ -191,5 +129,6 @@ def _short(e: Exception) -> str:
     return text[-1] if text else type(e).__name__
 
 
-def open_backend(path: Path, options: Options, max_batch_size: int) -> OnnxRuntimeBackend:
+def open_backend(path: Path, options: OnnxRuntimeOptions,
+                 max_batch_size: int) -> OnnxRuntimeBackend:
     return OnnxRuntimeBackend(path, options)

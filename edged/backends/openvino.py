@@ -37,67 +37,28 @@ import mmap
 import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edged import threadplan
 from edged.backends.base import (
     Backend,
     BackendInfo,
-    BackendOptions,
     TensorSpec,
     require_file,
     run_batch,
     zero_feeds,
 )
+from edged.config.runtimes import OpenVinoOptions
 from edged.errors import ArtifactError, InvalidArgument
-from edged.schema import Table, non_negative
+from edged.host import threadplan
 
 log = logging.getLogger("edged.backends.openvino")
 
-PRECISIONS = ("f32", "bf16", "f16", "auto")  # auto: the plugin's default (bf16/f16 if native)
-HINTS = ("auto", "latency", "throughput")
 #: OpenVINO's virtual devices: they name other devices, so they are not in available_devices
 VIRTUAL_DEVICES = ("AUTO", "HETERO", "MULTI", "BATCH")
 EXTRA = "edged[openvino]"
-
-
-@dataclass(frozen=True)
-class Options(BackendOptions):
-    """``[models.variants.options]`` for backend = "openvino" (docs/configuration.md)."""
-
-    device: str = "CPU"  # "CPU", "GPU", "GPU.1", "NPU", "AUTO:GPU,CPU", ...
-    precision: str = "f32"
-    performance_hint: str = "auto"  # auto: latency when max_batch_size is 1, else throughput
-    threads: int = 0  # CPU threads for all streams; 0 = the thread plan (every usable core)
-    streams: int = 0  # parallel infer requests; 0 = what the hint picks
-    cache: bool = True
-    cache_dir: Path | None = None  # None: default_cache_dir()
-
-    @classmethod
-    def from_table(cls, t: Table) -> Options:
-        device = t.get("device", str, "CPU", check=_device_problem)
-        opts = cls(
-            device=(device or "CPU").strip(),
-            precision=t.get("precision", str, "f32", choices=PRECISIONS) or "f32",
-            performance_hint=t.get("performance_hint", str, "auto", choices=HINTS) or "auto",
-            threads=t.get("threads", int, 0, check=non_negative) or 0,
-            streams=t.get("streams", int, 0, check=non_negative) or 0,
-            cache=bool(t.get("cache", bool, True)),
-            cache_dir=t.get_path("cache_dir", None),
-        )
-        t.done()
-        return opts
-
-
-def _device_problem(device: str) -> str | None:
-    if not re.fullmatch(r"[A-Z][A-Z0-9_]*(\.\d+)?(:[A-Z0-9_.,]+)?", device.strip()):
-        return ("expected an OpenVINO device name such as \"CPU\", \"GPU\", \"GPU.1\", "
-                "\"NPU\" or \"AUTO:GPU,CPU\"")
-    return None
 
 
 def import_openvino() -> Any:
@@ -190,7 +151,7 @@ def _check_device(core: Any, device: str) -> None:
                         f"{hint}; available: {', '.join(available) or 'none'}")
 
 
-def compile_config(ov: Any, options: Options, max_batch_size: int,
+def compile_config(ov: Any, options: OpenVinoOptions, max_batch_size: int,
                    name: str) -> tuple[dict[str, Any], Path | None]:
     """The ``compile_model`` properties for ``options`` and the cache folder in use
     (None: no cache, or its folder cannot be written)."""
@@ -225,7 +186,7 @@ def compile_config(ov: Any, options: Options, max_batch_size: int,
 class OpenVinoBackend(Backend):
     kind = "openvino"
 
-    def __init__(self, path: Path, options: Options, max_batch_size: int) -> None:
+    def __init__(self, path: Path, options: OpenVinoOptions, max_batch_size: int) -> None:
         ov = import_openvino()
         import openvino.properties as props
 
@@ -353,5 +314,5 @@ def _short(e: Exception) -> str:
     return (useful or lines or [type(e).__name__])[-1]
 
 
-def open_backend(path: Path, options: Options, max_batch_size: int) -> OpenVinoBackend:
+def open_backend(path: Path, options: OpenVinoOptions, max_batch_size: int) -> OpenVinoBackend:
     return OpenVinoBackend(path, options, max_batch_size)

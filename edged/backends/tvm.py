@@ -26,15 +26,14 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edged.backends.base import Backend, BackendInfo, BackendOptions, TensorSpec, require_file
+from edged.backends.base import Backend, BackendInfo, TensorSpec, require_file
+from edged.config.runtimes import TvmOptions
 from edged.errors import ArtifactError
-from edged.schema import Table, positive
 
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64", "armv8": "aarch64"}
 
@@ -43,27 +42,6 @@ def normalize_arch(name: str) -> str:
     """``x86_64-linux-gnu`` / ``AMD64`` / ``arm64`` -> ``x86_64`` / ``aarch64``."""
     arch = name.split("-")[0].lower()
     return _ARCH_ALIASES.get(arch, arch)
-
-
-@dataclass
-class Options(BackendOptions):
-    """``[models.variants.options]`` for a TVM variant.
-
-    threads: size of TVM's CPU thread pool. TVM reads ``TVM_NUM_THREADS`` once, at its
-    first import; a later change is attempted through ``runtime.config_threadpool``
-    (best effort: the pool is process-wide, so variants loaded later share it).
-    device: "auto" (from the sidecar's target), "cpu" or "cuda".
-    """
-
-    threads: int | None = None
-    device: str = "auto"
-
-    @classmethod
-    def from_table(cls, t: Table) -> Options:
-        threads = t.get("threads", int, None, check=positive)
-        device = t.get("device", str, "auto", choices=("auto", "cpu", "cuda"))
-        t.done()
-        return cls(threads=threads, device=device)
 
 
 def _import_tvm(threads: int | None) -> Any:
@@ -93,7 +71,7 @@ def _import_tvm(threads: int | None) -> Any:
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
-    from edged.backends.sidecar import read_sidecar, sidecar_path
+    from edged.backends.support.sidecar import read_sidecar, sidecar_path
 
     if not sidecar_path(path).exists():
         require_file(path, "TVM library")
@@ -195,7 +173,7 @@ def check_elf(path: Path) -> None:
 
 def _library_files(path: Path, meta: dict[str, Any]) -> dict[int | None, Path]:
     """Batch size (None = dynamic) -> library file, checked to exist and be intact."""
-    from edged.backends.sidecar import sha256_file
+    from edged.backends.support.sidecar import sha256_file
 
     sizes = meta.get("batch_sizes")
     files = meta.get("files")
@@ -233,7 +211,7 @@ class TvmBackend(Backend):
 
     kind = "tvm"
 
-    def __init__(self, path: Path, options: Options, max_batch_size: int) -> None:
+    def __init__(self, path: Path, options: TvmOptions, max_batch_size: int) -> None:
         meta = _read_meta(path)
         self.path = path
         self.inputs = _specs(meta, "inputs", path)
@@ -315,6 +293,6 @@ class TvmBackend(Backend):
         self._vms.clear()
 
 
-def open_backend(path: Path, options: Options, max_batch_size: int) -> Backend:
+def open_backend(path: Path, options: TvmOptions, max_batch_size: int) -> Backend:
     """Load a TVM artifact (see the module docstring for layouts) and its sidecar."""
     return TvmBackend(Path(path), options, max_batch_size)

@@ -26,7 +26,7 @@ from edged.bench.load import drive, request
 from edged.bench.raw import raw_ort, raw_pipeline
 from edged.bench.soak import add_parser as add_soak
 from edged.bench.threads import Watch, report, worker_names
-from edged.harness import machine_info
+from edged.testing.harness import machine_info, say_machine
 
 
 def add_parser(subparsers: Any) -> None:
@@ -159,10 +159,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-#: the 1-minute load average above which --floor warns that figures are not to be quoted
-QUIET_LOAD = 0.3
-
-
 def run_floor(args: argparse.Namespace, header: dict[str, Any], frames: list[Any]) -> int:
     """Daemon, raw ORT and the two floors (``edged.bench.floor``) in one run, interleaved.
 
@@ -175,12 +171,7 @@ def run_floor(args: argparse.Namespace, header: dict[str, Any], frames: list[Any
         print(f"edged bench: --floor: {why}", file=sys.stderr)
         return 2
     info = machine_info()
-    load = info["load_avg"][0]
-    print(f"machine: {info['cpu']}, {cores()} usable core(s), load average "
-          f"{' '.join(map(str, info['load_avg']))}")
-    if load > QUIET_LOAD:
-        print(f"WARNING: load average {load} > {QUIET_LOAD}: the machine is not quiet; "
-              "these figures are not ones to quote or to decide a default from")
+    say_machine(info, cores())
     result: dict[str, Any] = {"machine": info, "args": _jsonable(vars(args)), "rounds": []}
     one = argparse.Namespace(**{**vars(args), "clients": 1, "in_flight": 1})
     with Floors(args.raw, header, args.endpoint) as floors:

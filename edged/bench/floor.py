@@ -13,7 +13,7 @@ the socket and nothing else, so the daemon read against them shows its own cost:
 Both are ROUTER sockets on the daemon's kind of endpoint (``ipc://`` in a temporary
 directory, or loopback tcp), ORT at its default session options with
 ``intra_op_num_threads`` = the cores this process may run on (so ``taskset`` limits them
-as it limits the daemon), as ``/work/shared/bench/floor.py`` describes. They reply
+as it limits the daemon). They reply
 ``{"status":"OK"}`` and the outputs, in arrival order; they read only the request's last
 frame (the tensor), so the bench's own clients and messages drive them unchanged.
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from edged.harness import free_port
+from edged.testing.harness import free_port
 
 #: rows the batching floor stacks at most (as floor.py)
 FLOOR_BATCH = 8

@@ -20,7 +20,7 @@ does not pay. By default (``--bytecode cached``) the package is compiled into it
 copy of the package without bytecode. The case measured is printed and kept in the JSON.
 
 Why in the package: an operator sizes *their* device with *their* config; the daemon
-runs through the harness the tests use (``edged.harness.Daemon``), on private
+runs through the harness the tests use (``edged.testing.harness.Daemon``), on private
 endpoints, so it cannot collide with a daemon already serving there.
 """
 
@@ -46,7 +46,7 @@ from typing import Any
 import psutil
 
 from edged.bench.threads import TICK_MS, Times, snapshot
-from edged.harness import Daemon, machine_info
+from edged.testing.harness import Daemon, machine_info, say_machine
 
 # The targets docs/benchmarks.md holds the default config to.
 TARGET_READY_S = 0.5
@@ -96,7 +96,7 @@ class FirstVariant:
 
 def first_variants(config: Path) -> list[FirstVariant]:
     """Every model's first variant, read by the daemon's own config loader."""
-    from edged.config import load_config
+    from edged.config.file import load_config
 
     out = []
     for m in load_config(config).models:
@@ -387,7 +387,6 @@ def workdir() -> Iterator[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edged.bench.cli import QUIET_LOAD
     from edged.errors import ConfigError
 
     if args.startups < 1 or args.idle_seconds <= 0:
@@ -400,11 +399,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"edged bench footprint: {e}", file=sys.stderr)
         return 2
     info = machine_info()
-    print(f"machine: {info['cpu']}, {info['logical_cpus']} CPU(s), load average "
-          f"{' '.join(map(str, info['load_avg']))}")
-    if info["load_avg"][0] > QUIET_LOAD:
-        print(f"WARNING: load average {info['load_avg'][0]} > {QUIET_LOAD}: the machine is "
-              "not quiet; these figures are not ones to quote")
+    say_machine(info)
     with workdir() as wd:
         try:
             fp = measure(args.config, wd, startups=args.startups,

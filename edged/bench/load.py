@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from edged.harness import percentiles_ms
+from edged.testing.harness import percentiles_ms
 
 
 def request(model: dict[str, Any], args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
@@ -61,7 +61,7 @@ def drive(args: argparse.Namespace, header: dict[str, Any], frames: list[Any],
                                   done, out, transport, stop, trace,
                                   [[bytes(f) for f in fs] for fs in cycle or []])
     else:
-        from edged.kserve.bench_client import run_client
+        from edged.bench.kserve_client import run_client
 
         target, targs = run_client, (protocol, args.kserve, header, blobs, args.in_flight,
                                      args.duration, done, out)
@@ -207,8 +207,8 @@ class _ShmSender:
 
     def __init__(self, sock: Any, header: dict[str, Any], frames: list[bytes],
                  in_flight: int) -> None:
-        from edged.protocol.tensors import DTYPES
-        from edged.shm import SlotRing, align
+        from edged.protocols.native.shm_rings import SlotRing, align
+        from edged.protocols.native.tensors import DTYPES
 
         sock.send_multipart([json.dumps({
             "v": 1, "op": "shm", "id": "ring", "slots": in_flight * len(frames),

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from edged.harness import percentiles_ms
+from edged.testing.harness import percentiles_ms
 
 
 def raw_ort(model: Path, duration: float, frames: list[Any],
@@ -76,8 +76,8 @@ def raw_pipeline(config: Path, model: str, header: dict[str, Any], frames: list[
     import onnxruntime as ort
 
     from edged.backends.onnxruntime import _spec
-    from edged.config import load_config
-    from edged.preprocess import Preprocessor, decode_image
+    from edged.config.file import load_config
+    from edged.preprocess.preprocessor import Preprocessor, decode_image
 
     mc = load_config(config).model(model)
     if mc is None or mc.preprocess is None:
@@ -100,7 +100,7 @@ def raw_pipeline(config: Path, model: str, header: dict[str, Any], frames: list[
     if mc.postprocess is not None:
         from types import SimpleNamespace
 
-        from edged.detect.head import DetectJob, build_postprocessor, detect_batch, fit_frame
+        from edged.model.detect_head import DetectJob, build_postprocessor, detect_batch, fit_frame
 
         specs = SimpleNamespace(inputs=[_spec(a) for a in sess.get_inputs()],
                                 outputs=[_spec(a) for a in sess.get_outputs()])

@@ -36,7 +36,7 @@ from typing import Any
 from edged.bench.soak_mix import DIGITS, KINDS, MixClient
 from edged.bench.soak_probe import PROBE_FRACTIONS, measure_capacity
 from edged.bench.soak_report import print_report, summarise
-from edged.harness import Daemon, machine_info
+from edged.testing.harness import Daemon, machine_info
 
 
 def add_parser(subparsers: Any) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from edged.harness import ROOT
+from edged.testing.harness import ROOT
 
 #: the digits model's directory: ``validation.npz`` (the images) and ``cnn-fp32.onnx``
 #: (the reference the valid answers are checked against)

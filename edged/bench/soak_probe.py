@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edged.bench.soak_mix import DIGITS, MixClient, mix_frames, samples
-from edged.harness import percentile_ms
+from edged.testing.harness import percentile_ms
 
 #: the open-loop probe's steps, as fractions of the closed-loop upper bound
 PROBE_FRACTIONS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1)

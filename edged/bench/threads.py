@@ -9,7 +9,7 @@ each thread costs per reply, for every phase the bench runs, with no tool to ins
 What is read: ``/proc/PID/task/TID/stat`` (``utime`` and ``stime``, in clock ticks of
 ``SC_CLK_TCK``) and ``.../comm`` per thread, and ``/proc/PID/stat`` for the whole process
 (which also counts threads that exited). Threads are named by their kernel name: the
-daemon gives its own pools their Python names (``edged.thread_names``); the main thread
+daemon gives its own pools their Python names (``edged.host.thread_names``); the main thread
 is the event loop; ZeroMQ names its threads ``ZMQbg/...``; ORT's intra-op threads and
 asyncio's default executor keep the process's name. Linux only.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edged.thread_names import os_name
+from edged.host.thread_names import os_name
 
 PROC = Path("/proc")
 TICK_MS = 1000.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 10.0
@@ -92,7 +92,7 @@ def role(tid: int, comm: str, pid: int, main_comm: str, workers: dict[str, str])
 
 
 def worker_names(models: list[str]) -> dict[str, str]:
-    """Kernel name of each model's worker thread (``edged.model``: ``edged-<model>_0``,
+    """Kernel name of each model's worker thread (``edged.model.model``: ``edged-<model>_0``,
     cut to 15 bytes) -> the model(s) it may be."""
     out: dict[str, str] = {}
     for m in models:

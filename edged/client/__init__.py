@@ -28,7 +28,7 @@ from edged.client.errors import (
 )
 from edged.client.messages import Reply, build_infer, parse_reply
 from edged.client.sync import Client
-from edged.protocol.detections import Detections
+from edged.protocols.native.detections import Detections
 
 __all__ = [
     "STATUS_ERRORS",

@@ -2,7 +2,7 @@
 
 The control socket is ``ipc://`` only (operator actions stay on the host), in the daemon's
 runtime directory; ``find_control`` looks where ``edged/runtime_dir.py`` would have put
-it. Message shapes are ``edged.protocol.control.CONTROL_OPS``.
+it. Message shapes are ``edged.protocols.native.control.CONTROL_OPS``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import zmq
 from edged.client.errors import ClientTimeout, ProtocolViolation, Unavailable, error_for
 from edged.client.socket_support import open_dealer
 from edged.errors import EdgedError
-from edged.protocol.control import control_message
-from edged.runtime_dir import CONTROL_SOCKET_NAME, runtime_dir_candidates
+from edged.host.runtime_dir import CONTROL_SOCKET_NAME, runtime_dir_candidates
+from edged.protocols.native.control import control_message
 
 
 def find_control(explicit: str | None = None) -> str | None:

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from edged.client.errors import ProtocolViolation, error_for
-from edged.protocol import VERSION
-from edged.protocol.client_decode import decode_reply
-from edged.protocol.detections import Detections, decode_detections
-from edged.protocol.tensors import DTYPES
+from edged.protocols.native import VERSION
+from edged.protocols.native.client_decode import decode_reply
+from edged.protocols.native.detections import Detections, decode_detections
+from edged.protocols.native.tensors import DTYPES
 
 
 @dataclass

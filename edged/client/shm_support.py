@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from edged.client.messages import Reply
-from edged.protocol.tensors import DTYPES
-from edged.shm import SlotRing, align, available
+from edged.protocols.native.shm_rings import SlotRing, align, available
+from edged.protocols.native.tensors import DTYPES
 
 log = logging.getLogger("edged.client")
 

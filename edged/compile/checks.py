@@ -15,13 +15,27 @@ from pathlib import Path
 from typing import Any
 
 from edged.backends.base import Backend, run_batch
-from edged.backends.sidecar import read_sidecar, sidecar_path, update_sidecar
+from edged.backends.support.sidecar import read_sidecar, sidecar_path, update_sidecar
 from edged.compile import bench, ladder
 from edged.compile.context import Context
-from edged.compile.runners import open_variant
 from edged.compile.tvm_build import TargetChoice
 from edged.compile.validate import Validation, compare, predict
-from edged.golden import MAX_SAMPLES, write_golden
+from edged.config.runtimes import BackendOptions, read_options
+from edged.config.schema import Table
+from edged.model.artifact import open_artifact
+from edged.verify.golden import MAX_SAMPLES, write_golden
+
+
+def open_variant(backend: str, path: Path, threads: int | None, max_batch: int) -> Backend:
+    """``path`` opened as the daemon would, with ``threads`` CPU threads and no compiled-
+    blob cache (it is timed once here; the daemon keeps a cache of its own)."""
+    settings: dict[str, object] = {}
+    if threads and backend in ("onnxruntime", "tvm", "openvino"):
+        settings["threads"] = threads
+    if backend == "openvino":
+        settings["cache"] = False
+    options: BackendOptions = read_options(backend, Table(settings, "options", "edged compile"))
+    return open_artifact(backend, path, options, max_batch)[0]
 
 
 def reference(ctx: Context) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edged.backends.isa import CpuIsa
+from edged.backends.support.isa import CpuIsa
 from edged.compile.modelinfo import tool_versions
 from edged.compile.options import CompileOptions
 

@@ -26,12 +26,12 @@ import numpy as np
 
 from edged.backends.base import Backend
 from edged.compile.data import Preprocess
-from edged.detect.config import PostprocessConfig
+from edged.config.postprocess import PostprocessConfig
+from edged.config.schema import Table, raise_if_problems
 from edged.detect.geometry import Transform, fit
 from edged.detect.metrics_map import evaluate_map
 from edged.detect.postprocess import Postprocessor
 from edged.errors import ConfigError
-from edged.schema import Table, raise_if_problems
 
 
 def load_postprocess(path: Path) -> PostprocessConfig:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edged.backends.sidecar import FORMAT
+from edged.backends.support.sidecar import FORMAT
 
 SOURCE_RECORD = "source.json"
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edged.backends.sidecar import sha256_file, write_sidecar
+from edged.backends.support.sidecar import sha256_file, write_sidecar
 from edged.compile.context import Context, StepSkipped
 
 STEP = "openvino"

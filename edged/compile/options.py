@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edged.backends.tensorrt_keys import PRECISIONS as TRT_PRECISIONS
+from edged.backends.tensorrt.keys import PRECISIONS as TRT_PRECISIONS
 from edged.compile.steps import EXTRA_STEPS, STEP_NAMES
 
 CALIB_METHODS = ("minmax", "entropy", "percentile")
@@ -65,7 +65,7 @@ class CompileOptions:
     trt_precisions: tuple[str, ...] = TRT_PRECISIONS
     relative_to: Path = Path(".")  # variants.toml paths are relative to this folder
     progress: bool = False  # progress bars on calibration and TVM builds
-    cpuinfo: Path | None = None  # the build CPU's cpuinfo (default: edged.backends.isa's)
+    cpuinfo: Path | None = None  # the build CPU's cpuinfo (default: edged.backends.support.isa's)
 
     def __post_init__(self) -> None:
         for name in ("model", "out", "relative_to"):

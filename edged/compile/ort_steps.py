@@ -1,6 +1,6 @@
 """ONNX Runtime variants: graph-optimized fp32, fp16, static INT8 (QDQ) and dynamic INT8.
 
-Why these choices (measured, see /work/shared/research/backend_apis.md §3):
+Why these choices (measured on x86 CPUs with ONNX Runtime 1.2x; docs/compile.md):
 
 * the optimized model is saved at ORT_ENABLE_EXTENDED, not ALL: ALL bakes in
   hardware-specific layout ops, so the file would not be portable to another CPU;
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from edged.backends.isa import CpuIsa
-from edged.backends.sidecar import sha256_file, write_sidecar
+from edged.backends.support.isa import CpuIsa
+from edged.backends.support.sidecar import sha256_file, write_sidecar
 from edged.compile.context import Context, StepSkipped
 
 ORT_TOOLS = ("onnxruntime", "onnx", "onnxconverter-common")
@@ -118,7 +118,7 @@ def to_int8_static(
 
     ``symmetric``: S8 activations with zero points of 0 and float biases instead, the
     only QDQ form TensorRT parses (its parser refuses non-zero zero points and int32
-    bias DequantizeLinear); ``edged.compile.tensorrt_plans`` asks for it.
+    bias DequantizeLinear); ``edged.compile.tensorrt_steps`` asks for it.
 
     ``op_types``: quantize only these operators. Detectors pass ``["Conv"]``: their
     exported box/score decode (sigmoid, grid offsets, stride multiplies, concat) loses

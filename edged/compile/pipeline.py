@@ -21,18 +21,20 @@ is recorded and the others still run.
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edged.backends.isa import cpu_isa
-from edged.backends.sidecar import sha256_file
+from edged.backends.support.isa import cpu_isa
+from edged.backends.support.sidecar import sha256_file
 from edged.compile import checks, ladder, sources
 from edged.compile.context import Context, StepSkipped
 from edged.compile.modelinfo import io_specs
 from edged.compile.options import CompileOptions
+from edged.compile.steps import Step
 from edged.compile.steps import find as find_step
 
 
@@ -89,11 +91,18 @@ def run(opts: CompileOptions, say: Callable[[str], None] | None = None) -> Resul
     return result
 
 
+def _run_step(step: Step, ctx: Context) -> list[Path]:
+    """Import the step's module (only now: a CPU-only run never imports TVM) and build."""
+    module, _, function = step.builder.partition(":")
+    build: Callable[[Context], list[Path]] = getattr(importlib.import_module(module), function)
+    return build(ctx)
+
+
 def _build(ctx: Context, name: str, result: Result) -> None:
     """One step: build, then check each artifact; a failure is recorded, not raised."""
     t0 = time.monotonic()
     try:
-        made = find_step(name).build(ctx)
+        made = _run_step(find_step(name), ctx)
     except StepSkipped as e:
         ctx.say(f"{name}: skipped — {e}")
         result.skipped[name] = str(e)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from edged import modeljson
 from edged.compile.context import Context
 from edged.compile.data import Dataset, Preprocess, load_dataset
 from edged.compile.steps import find as find_step
+from edged.config import modeljson
 
 
 class DataError(ValueError):

@@ -13,14 +13,7 @@ calibration data): reported, not a failure, unless it was the only step asked fo
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from edged.compile.context import Context
 
 
 @dataclass(frozen=True)
@@ -29,11 +22,6 @@ class Step:
     builder: str  # "module:function", imported when the step runs
     help: str
     needs_calibration: bool = False  # skipped (with a note) without calibration data
-
-    def build(self, ctx: Context) -> list[Path]:
-        module, _, function = self.builder.partition(":")
-        fn: Callable[[Context], list[Path]] = getattr(importlib.import_module(module), function)
-        return fn(ctx)
 
 
 STEPS: tuple[Step, ...] = (
@@ -47,7 +35,7 @@ STEPS: tuple[Step, ...] = (
     Step("openvino", "edged.compile.openvino_steps:build",
          "OpenVINO IR, fp32 and INT8 (from the int8 step's QDQ model)"),
     Step("tvm", "edged.compile.tvm_steps:build", "TVM Relax libraries (.so)"),
-    Step("tensorrt", "edged.compile.tensorrt_plans:build_step",
+    Step("tensorrt", "edged.compile.tensorrt_steps:build_step",
          "TensorRT plans for this GPU (fp32, fp16, int8)"),
 )
 STEP_NAMES: tuple[str, ...] = tuple(s.name for s in STEPS)

@@ -14,7 +14,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from edged.backends.sidecar import sha256_file, write_sidecar
+from edged.backends.support.sidecar import sha256_file, write_sidecar
 from edged.compile import tvm_build, tvm_tune
 from edged.compile.context import Context, StepSkipped
 

@@ -12,29 +12,11 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-MAX_LABELS = 100_000
-
 _STR = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
 _ENTRY = re.compile(rf"\s*(\d+)\s*:\s*({_STR})\s*(,|\}})")
 _ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r"}
 # What Python's repr() writes for a str: the escapes above and \xNN, \uNNNN, \UNNNNNNNN.
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.DOTALL)
-
-
-def read_labels_file(path: Path) -> tuple[str, ...]:
-    """One label per line; blank lines at the end are ignored, blank ones inside are not."""
-    text = Path(path).read_text(encoding="utf-8")
-    lines = [line.strip() for line in text.splitlines()]
-    while lines and not lines[-1]:
-        lines.pop()
-    if not lines:
-        raise ValueError(f"labels file {path} is empty")
-    if len(lines) > MAX_LABELS:
-        raise ValueError(f"labels file {path} has {len(lines)} lines; at most {MAX_LABELS}")
-    blank = [i + 1 for i, line in enumerate(lines) if not line]
-    if blank:
-        raise ValueError(f"labels file {path} has blank line(s) {blank[:5]} between labels")
-    return tuple(lines)
 
 
 def labels_from_metadata(meta: Mapping[str, str]) -> tuple[str, ...] | None:

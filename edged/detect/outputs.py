@@ -12,8 +12,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edged.detect import detection_output
-from edged.detect.decoders import yolox_grid
+from edged.config.layouts import LAYOUTS
+from edged.detect.decoders import detection_output
+from edged.detect.decoders.yolox import yolox_grid
 from edged.errors import ArtifactError
 
 
@@ -45,23 +46,6 @@ def _problem(decoder: str, expected: str, specs: Sequence[OutputSpec], why: str)
                           f"Expected {expected}; the model has: {have}")
 
 
-_EXPECTED = {
-    "yolov8": "one float output [B, 4+C, N] (cx, cy, w, h, C class scores per column)",
-    "yolov5": "one float output [B, N, 5+C] (cx, cy, w, h, objectness, C class scores per row)",
-    "yolox": "one float output [B, N, 5+C] (raw head: x, y, log w, log h, objectness, C scores; "
-             "N = the cells at strides 8, 16, 32)",
-    "end2end": "one float output [B, N, 6] (x1, y1, x2, y2, score, class per row)",
-    "ssd": "4 outputs num [B], boxes [B, N, 4], scores [B, N], classes [B, N] (TF Object "
-           "Detection API), or one output [1, 1, N, 7] (OpenVINO's DetectionOutput)",
-    "yolonas": "one float output [B, N, 7] (batch, x1, y1, x2, y2, score, class per row)",
-    "yolo-anchors": "3 float outputs [B, 3*(5+C), H/8, W/8], [B, 3*(5+C), H/16, W/16], "
-                    "[B, 3*(5+C), H/32, W/32]",
-    "dfine": "3 outputs labels [B, N], boxes [B, N, 4] (x1, y1, x2, y2), scores [B, N]",
-    "rfdetr": "2 outputs dets [B, N, 4] (cx, cy, w, h normalised) and labels [B, N, 1+C] "
-              "(logits)",
-    "detection-output": "one float output [1, 1, N, 7] (image_id, label, conf, x_min, y_min, "
-                        "x_max, y_max normalised; image_id -1 ends the rows)",
-}
 _SSD_KEYS = ("num", "box", "score", "class")
 
 
@@ -93,7 +77,7 @@ def check_outputs(decoder: str, specs: Sequence[OutputSpec], *, input_size: tupl
     """
     if decoder == "ssd" and names is None:
         decoder = resolve_decoder(decoder, specs)
-    expected = _EXPECTED[decoder]
+    expected = LAYOUTS[decoder].outputs
     if decoder == "ssd":
         return _check_ssd(specs, expected, names)
     if decoder == detection_output.NAME:

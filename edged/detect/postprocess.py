@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from edged.detect import detection_output
-from edged.detect.config import MAX_DET_CAP, PostprocessConfig
-from edged.detect.decoders import DECODE, DecodeParams, yolox_grid
+from edged.config.postprocess import MAX_DET_CAP, PostprocessConfig
+from edged.detect.decoders import DECODE, detection_output
+from edged.detect.decoders.support import DecodeParams
+from edged.detect.decoders.yolox import yolox_grid
 from edged.detect.geometry import Transform, fit
 from edged.detect.labels import labels_from_metadata
 from edged.detect.nms import select
@@ -78,7 +79,7 @@ class Postprocessor:
         return self._labels_json
 
     def detections_header(self, detections: np.ndarray) -> dict[str, Any]:
-        """The reply header's ``detections`` entry (DESIGN.md) for one image's ``[K, 6]``."""
+        """The reply header's ``detections`` entry (docs/protocol.md) for one image's ``[K, 6]``."""
         return {"count": int(detections.shape[0]), "columns": list(COLUMNS),
                 "labels": self.labels_json()}
 

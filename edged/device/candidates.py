@@ -143,10 +143,10 @@ def plan_candidates(m: ModelRun, workdir: Path, max_batch: int, device: int,
     precisions = ["fp32", "fp16", "int8"]
     if not ok:
         return [Candidate("tensorrt", p, skip=why) for p in precisions]
-    from edged.backends.sidecar import read_sidecar
+    from edged.backends.support.sidecar import read_sidecar
     from edged.compile.data import Dataset
-    from edged.compile.tensorrt import GpuUnavailable
-    from edged.compile.tensorrt_plans import build_plans
+    from edged.compile.tensorrt_build import GpuUnavailable
+    from edged.compile.tensorrt_steps import build_plans
 
     out = workdir / "plans" / m.name
     out.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from edged.backends.tensorrt_support import probe
+from edged.backends.tensorrt.cuda import probe
 from edged.device.probe import cuda_check, nvml_check, platform_facts, runtime_checks
 from edged.device.report import FAIL, PASS, SKIP, Report
 
@@ -40,7 +40,7 @@ from edged.device.report import FAIL, PASS, SKIP, Report
 def models_to_check(specs: list[str] | None) -> dict[str, Path]:
     """``--model [NAME=]PATH`` options, or the default digits and MobileNetV2 models."""
     if not specs:
-        from edged.harness import ROOT
+        from edged.testing.harness import ROOT
 
         return {"digits": ROOT / "models" / "digits" / "cnn-fp32.onnx",
                 "mobilenetv2": ROOT / ".cache" / "bench-models" / "mobilenetv2-fp32.onnx"}

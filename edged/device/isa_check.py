@@ -7,7 +7,7 @@ user-mode emulation (``edged.device.qemu``) with a CPU model that has AVX2 + FMA
 AVX-512 (default ``Haswell-v4``), and natively for comparison:
 
 1. ``edged check --verify --json`` (the real swap check of every variant against the
-   model's reference computed on the emulated CPU, ``edged.device_verify``) on
+   model's reference computed on the emulated CPU, ``edged.device.go_live``) on
    ``config.toml`` and on the trained detector ``models/digits-det``;
 2. evidence that the emulated CPU really takes other kernel paths: its INT8 variants'
    distance from the build machine's recorded outputs must differ from the native
@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from edged.device import qemu
-from edged.harness import ROOT
+from edged.testing.harness import ROOT
 
 DEFAULT_CPUS = ("Haswell-v4",)
 DEFAULT_TESTS = ("tests/test_verify.py", "tests/test_models.py", "tests/test_person_model.py",
                  "tests/test_detector_model.py")
-CPU_PROBE = ("import json; from edged.device_verify import simd_features; "
+CPU_PROBE = ("import json; from edged.device.go_live import simd_features; "
              "print(json.dumps(simd_features()))")
 DET = ROOT / "models" / "digits-det"
 

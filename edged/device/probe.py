@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edged.backends.isa import SEVEN_BIT_FLAG, CpuIsa, cpu_isa, cpu_name, cpuinfo_path
+from edged.backends.support.isa import SEVEN_BIT_FLAG, CpuIsa, cpu_isa, cpu_name, cpuinfo_path
 from edged.device.report import FAIL, PASS, SKIP, Report
 
 
@@ -60,7 +60,7 @@ def platform_facts(r: Report) -> None:
             r.fact("memory", f"{int(line.split()[1]) // 1024} MiB")
     model = _read("/proc/device-tree/model")
     r.fact("board", model or "unknown (no /proc/device-tree/model)")
-    from edged.backends.tensorrt_keys import l4t_release
+    from edged.backends.tensorrt.keys import l4t_release
 
     l4t = l4t_release()
     r.fact("l4t", f"R{l4t} (JetPack: see `apt show nvidia-jetpack`)" if l4t
@@ -142,7 +142,7 @@ def cuda_check(r: Report, mods: dict[str, Any], device: int) -> dict[str, Any] |
     if mods.get("cuda-python") is None:
         r.add("cuda device", SKIP, "cuda-python not installed (pip install 'edged[tensorrt]')")
         return None
-    from edged.backends.tensorrt_support import GpuUnavailableError, cuda_device_info
+    from edged.backends.tensorrt.cuda import GpuUnavailableError, cuda_device_info
 
     try:
         dev = cuda_device_info(device)

@@ -2,7 +2,7 @@
 
 Why through the daemon and not in process: the row says what ``edged serve`` gives on
 this device with this variant (its loader, its provider fallbacks, its batching), so it
-starts a real daemon on a generated one-variant config (``edged.harness.Daemon``),
+starts a real daemon on a generated one-variant config (``edged.testing.harness.Daemon``),
 checks its outputs with ``edged.client.Client`` and times it with ``edged bench``'s
 load generator, then stops it and keeps its config and log.
 """
@@ -60,7 +60,7 @@ def daemon_config(path: Path, model: str, variant: dict[str, Any], max_batch: in
 def serve_row(m: ModelRun, c: Candidate, workdir: Path, max_batch: int,
               seconds: float) -> Row:
     """Start a daemon on the candidate, measure it with the client, stop it: one Row."""
-    from edged.harness import Daemon
+    from edged.testing.harness import Daemon
 
     row = Row(m.name, c.backend, c.precision, note=c.note)
     keep = workdir / "daemons" / f"{m.name}-{c.backend}-{c.precision}"

@@ -8,7 +8,7 @@ variant and duty with ``observe_load`` for the predicted variant choice. Recorde
 replay through ``edged governor replay`` (``replay.py``). See docs/governor.md.
 """
 
-from edged.governor.config import GovernorConfig, LevelConfig, auto_levels
+from edged.config.governor import GovernorConfig, LevelConfig, auto_levels
 from edged.governor.decision import Decision
 from edged.governor.policy import Governor
 from edged.governor.sensors import Readings, Sensors, TripPoint

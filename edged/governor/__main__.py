@@ -15,11 +15,11 @@ import time
 import tomllib
 from pathlib import Path
 
+from edged.config.governor import GovernorConfig
+from edged.config.schema import Table, raise_if_problems
 from edged.errors import ConfigError
-from edged.governor.config import GovernorConfig
 from edged.governor.policy import Governor
 from edged.governor.sensors import Sensors
-from edged.schema import Table, raise_if_problems
 
 
 def load(config: Path | None, root: str | None) -> GovernorConfig:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from edged.governor.config import GovernorConfig, LevelConfig, auto_levels, with_base
-from edged.governor.inputs import Inputs
+from edged.config.governor import GovernorConfig, LevelConfig, auto_levels, with_base
 from edged.governor.sensors import TripPoint, first_passive_trip_c
+from edged.governor.triggers import Inputs
 
 log = logging.getLogger("edged.governor")
 

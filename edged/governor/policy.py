@@ -28,15 +28,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from edged.governor.config import GovernorConfig, LevelConfig
+from edged.config.governor import GovernorConfig, LevelConfig
 from edged.governor.decision import Decision
 from edged.governor.forecast import ForecastGate
-from edged.governor.inputs import InputReader, Inputs, SensorChoice
 from edged.governor.levels import Hysteresis, Levels
 from edged.governor.pins import LevelPin
 from edged.governor.power_budget import PowerBudget
 from edged.governor.prediction import Predictor
 from edged.governor.sensors import Readings, TripPoint
+from edged.governor.triggers import InputReader, Inputs, SensorChoice
 
 log = logging.getLogger("edged.governor")
 

@@ -22,8 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from edged.config.governor import GovernorConfig, auto_levels
 from edged.errors import ConfigError
-from edged.governor.config import GovernorConfig, auto_levels
 from edged.governor.policy import Governor
 from edged.governor.trace import Trace, TraceError, load_trace
 

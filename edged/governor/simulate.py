@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from edged.governor.config import GovernorConfig
+from edged.config.governor import GovernorConfig
 from edged.governor.policy import Governor
 from edged.governor.sensors import RAIL, THERMAL, Readings
 from edged.governor.trace import Trace

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from edged.governor.sensors import RAIL, THERMAL, THROTTLE, TOTAL_RAILS, Readings
+from edged.governor.sensors import RAIL, THERMAL, THROTTLE, Readings, ina_total
 
 THROTTLED = "throttled"
 TEGRA_TIME = re.compile(r"^(\d\d-\d\d-\d{4} \d\d:\d\d:\d\d)\s+")
@@ -70,14 +70,6 @@ def load_trace(path: str | Path, interval_s: float = 1.0) -> Trace:
     if len(trace.samples) < 2:
         raise TraceError(f"{p}: needs at least 2 samples, found {len(trace.samples)}")
     return trace
-
-
-def total_power(rails: dict[str, float]) -> float | None:
-    """The board total: an input rail when present, else the sum (as sensors.py does)."""
-    for name in TOTAL_RAILS:
-        if name in rails:
-            return rails[name]
-    return sum(rails.values()) if rails else None
 
 
 def _readings(t: float, temps: dict[str, float], rails: dict[str, float],
@@ -139,7 +131,7 @@ def _csv(p: Path, lines: list[str]) -> Trace:
             else:
                 temps[name[:-2]] = value
         if total is None:
-            total = total_power(rails)
+            total = ina_total(rails)
         samples.append(_readings(t, temps, rails, total, throttled))
         marks.append(bool(throttled))
     has_marks = THROTTLED in header
@@ -191,6 +183,6 @@ def _tegrastats(p: Path, lines: list[str], interval_s: float) -> Trace:
         rails = {name: float(now) / 1000.0 for name, now, _avg in TEGRA_RAIL.findall(line)}
         if not temps:
             raise TraceError(f"{p}:{no}: tegrastats line without temperatures (name@NN.NC)")
-        samples.append(_readings(t, temps, rails, total_power(rails), None))
+        samples.append(_readings(t, temps, rails, ina_total(rails), None))
         prev_t = t
     return Trace(str(p), "tegrastats", tuple(samples), None)

@@ -1,16 +1,15 @@
-"""The daemon, in rooms (one job per module):
+"""The daemon, protocol-neutral, in rooms (one job per module):
 
-- ``lifecycle``: ``Server`` (start → serve → drain → stop), signals, the long-lived tasks
-- ``endpoints``: binding sockets, CURVE, ipc permissions, envelopes
-- ``inference``: receive, admission, decode offload, replies, request metrics
-- ``control``: the operator op table
+- ``lifecycle``: ``Server`` (start → serve → drain → stop), signals, the long-lived tasks;
+  it composes the protocol rooms (``edged.protocols``) and drives each through ``Room``
+- ``control``: the control socket and its operator op table
 - ``reload``: ``plan_reload`` (pure) and applying a plan
-- ``governing``: governor decisions and operator pins → model throttles and swaps
+- ``governing``: governor decisions, operator pins and the load's asks → throttles and swaps
+- ``overload``: the load's ask (step down while answers come too close to their deadlines)
 - ``health``: watchdog, STATUS= line, status and health replies
 - ``state``: the small object they share
 """
 
 from edged.server.lifecycle import Server
-from edged.server.state import StartupError
 
-__all__ = ["Server", "StartupError"]
+__all__ = ["Server"]

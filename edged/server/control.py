@@ -1,6 +1,6 @@
 """The control endpoint: operator ops (status, models, reload, load, unload, level, swap).
 
-One table maps each op to its handler; message shapes are in ``edged.protocol.control``
+One table maps each op to its handler; message shapes are in ``edged.protocols.native.control``
 (``CONTROL_OPS``) and the client half in ``edged.client``. Never on an inference
 endpoint: the control socket lives in the runtime directory, 0660.
 """
@@ -10,15 +10,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import zmq
 import zmq.asyncio
 
-from edged.errors import EdgedError, InvalidArgument, NotFound, Unavailable
-from edged.protocol.control import CONTROL_OPS
-from edged.protocol.reply import encode_header
-from edged.server.endpoints import split_envelope
+from edged.config.server import ServerConfig
+from edged.errors import EdgedError, InvalidArgument, NotFound, StartupError, Unavailable
+from edged.host.runtime_dir import resolve_endpoints
+from edged.protocols import sockets
+from edged.protocols.native.control import CONTROL_OPS
+from edged.protocols.native.reply import encode_header
+from edged.protocols.sockets import split_envelope
 from edged.server.governing import Governing
 from edged.server.health import Health
 from edged.server.state import ServerState
@@ -43,8 +47,32 @@ class Control:
             "swap": self._swap,
         }
         assert set(self.ops) == set(CONTROL_OPS), "server and client disagree on control ops"
+        self.sock: zmq.asyncio.Socket | None = None
+        self.endpoint = ""
 
-    async def loop(self, sock: zmq.asyncio.Socket) -> None:
+    def bind(self, cfg: ServerConfig, runtime_dir: Path) -> str:
+        """Bind the control socket (``ipc://`` in the runtime directory, 0660); its address."""
+        self.endpoint = resolve_endpoints((cfg.control,), runtime_dir)[0]
+        c = self.state.zmq.socket(zmq.ROUTER)
+        c.setsockopt(zmq.LINGER, 500)
+        c.setsockopt(zmq.MAXMSGSIZE, 1 << 20)
+        try:
+            c.bind(self.endpoint)
+        except zmq.ZMQError as e:
+            c.close(linger=0)
+            raise StartupError(f"cannot bind control endpoint {self.endpoint}: {e}") from None
+        sockets.restrict(self.endpoint)
+        self.sock = c
+        return self.endpoint
+
+    def close(self) -> None:
+        if self.sock is not None:
+            sockets.close([self.sock], [self.endpoint])
+            self.sock = None
+
+    async def loop(self) -> None:
+        sock = self.sock
+        assert sock is not None
         while True:
             frames = await sock.recv_multipart()
             envelope, body = split_envelope(frames)

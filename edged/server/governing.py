@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from edged.config import Config
+from edged.config.file import Config
 from edged.errors import InvalidArgument, NotFound, Unavailable
-from edged.model import Model
+from edged.model.model import Model
 from edged.server.overload import TICK_S, Overload
 from edged.server.state import ServerState
 

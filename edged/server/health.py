@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import time
+from dataclasses import asdict
 from typing import Any
 
 from edged import __version__
@@ -96,12 +97,9 @@ class Health:
             "pid": os.getpid(),
             "uptime_s": round(time.time() - st.started_at, 1),
             "config": str(cfg.file),
-            "endpoints": st.endpoints,
             "control": st.control_endpoint,
-            "frigate": st.frigate_endpoints,
-            "frigate_rungs": st.frigate_rungs,
-            "kserve": st.kserve_endpoints,
-            "offload": st.offload.status() if st.offload is not None else None,
+            "listeners": [asdict(li) for room in st.rooms for li in room.listeners()],
+            **{k: v for room in st.rooms for k, v in room.status().items()},
             "metrics": (f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled
                         else None),
             "requests_per_second": round(self.requests_per_second(), 2),

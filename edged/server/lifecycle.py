@@ -18,25 +18,25 @@ import signal
 import time
 from typing import Any
 
-from edged import __version__, memory, threadplan
-from edged.backends.load import discard_preopened
-from edged.config import Config, ModelConfig
-from edged.errors import ConfigError
+from edged import __version__
+from edged.config.file import Config
+from edged.config.models import ModelConfig
+from edged.errors import ConfigError, StartupError
+from edged.host import memory, threadplan
+from edged.host.runtime_dir import resolve_runtime_dir
+from edged.host.systemd import Notifier
 from edged.metrics import Metrics
-from edged.registry import Registry
-from edged.runtime_dir import resolve_runtime_dir
+from edged.model.preopen import discard_preopened
+from edged.model.registry import Registry
+from edged.protocols.frigate.room import FrigateRoom
+from edged.protocols.kserve.offload import Offload
+from edged.protocols.kserve.room import KServeRoom
+from edged.protocols.native.room import NativeRoom
 from edged.server.control import Control
-from edged.server.endpoints import Endpoints, is_local
-from edged.server.frigate import FrigatePath
 from edged.server.governing import Governing
 from edged.server.health import Health
-from edged.server.inference import InferencePath
-from edged.server.kserve import KServeRoom
-from edged.server.offload import Offload
 from edged.server.reload import Reloader
-from edged.server.shm import ShmRings
-from edged.server.state import ServerState, StartupError, swap_headroom_bytes
-from edged.systemd import Notifier
+from edged.server.state import ServerState
 
 log = logging.getLogger("edged.server")
 
@@ -51,13 +51,12 @@ class Server:
         self.governing = Governing(state)
         self.health = Health(state, self.governing)
         self.governing.on_level_change = lambda: state.notifier.status(self.health.status_line())
-        self.shm = ShmRings(state)
-        self.inference = InferencePath(state, self.health, self.shm)
-        self.frigate = FrigatePath(state)
-        self.kserve = KServeRoom(state)
-        self.offload = state.offload = Offload(state, lambda: self.governing.level)
-        self.endpoints = Endpoints()
-        self.reloader = Reloader(state, self.endpoints, self.governing)
+        self.offload = Offload(state, lambda: self.governing.level)
+        state.offload = self.offload
+        # The protocol rooms, in the order they bind; each is driven through ``Room`` only.
+        state.rooms = [NativeRoom(state, self.health.health), FrigateRoom(state),
+                       KServeRoom(state), self.offload]
+        self.reloader = Reloader(state, self.governing)
         self.control = Control(state, self.health, self.governing, self.reload,
                                lambda mc: self._load([mc], startup=False))
         self._stop = asyncio.Event()
@@ -67,7 +66,7 @@ class Server:
         st = self.state
         cfg = st.config
         try:
-            runtime_dir = resolve_runtime_dir(cfg.server.runtime_dir)
+            st.runtime_dir = resolve_runtime_dir(cfg.server.runtime_dir)
         except ConfigError as e:
             raise StartupError(str(e)) from None
         memory.limit_arenas()  # before the metrics, ZeroMQ and worker threads start
@@ -75,35 +74,21 @@ class Server:
         plan = threadplan.current()
         threadplan.apply_process_wide(plan)
         log.info("thread plan %s", " ".join(f"{k}={v}" for k, v in plan.describe().items()))
-        ep = self.endpoints
-        ep.bind(cfg.server, runtime_dir)
-        st.endpoints, st.control_endpoint = ep.endpoints, ep.control_endpoint
-        st.frigate_endpoints = {address: f.model for f, address, _ in ep.frigate}
-        log.info("edged %s listening endpoints=%s control=%s metrics=%s runtime_dir=%s",
-                 __version__, ",".join(ep.endpoints), ep.control_endpoint,
-                 f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled else "off",
-                 runtime_dir)
         loop = asyncio.get_running_loop()
-        self.shm.configure(runtime_dir)
-        for s, e in zip(ep.sockets, ep.endpoints, strict=True):
-            if not is_local(e):
-                self.inference.remote.add(s)
-            self._tasks.append(loop.create_task(self.inference.recv_loop(s), name="recv"))
-        for fcfg, address, s in ep.frigate:
-            self._tasks.append(loop.create_task(self.frigate.recv_loop(fcfg, address, s),
-                                                name="frigate"))
-        self._tasks.append(loop.create_task(self.shm.loop(), name="shm-reaper"))
-        assert ep.control is not None
-        self._tasks.append(loop.create_task(self.control.loop(ep.control), name="control"))
+        for room in st.rooms:
+            await room.start(cfg)
+            self._tasks += [loop.create_task(coro, name=name) for name, coro in room.loops()]
+        st.control_endpoint = self.control.bind(cfg.server, st.runtime_dir)
+        self._tasks.append(loop.create_task(self.control.loop(), name="control"))
+        log.info("edged %s listening %s control=%s metrics=%s runtime_dir=%s", __version__,
+                 " ".join(f"{li.protocol}={li.address}" for r in st.rooms
+                          for li in r.listeners()),
+                 st.control_endpoint,
+                 f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled else "off",
+                 st.runtime_dir)
         self.governing.configure(cfg)
         self._tasks.append(loop.create_task(self.governing.loop(), name="governor"))
         self._tasks.append(loop.create_task(self.governing.watch_load(), name="overload"))
-        await self.offload.configure(cfg.offload)
-        self._tasks.append(loop.create_task(self.offload.loop(), name="offload-health"))
-        try:
-            await self.kserve.start(cfg.server.kserve)
-        except (OSError, ImportError) as e:
-            raise StartupError(str(e)) from None
         try:
             await self._load(list(cfg.models), startup=True)
         finally:
@@ -133,8 +118,7 @@ class Server:
         """Load models concurrently; a failed model that is not required stays in state
         'failed' (its requests get UNAVAILABLE with the reason)."""
         st = self.state
-        created = [st.registry.create(mc, st.config.server.limits,
-                                      swap_headroom_bytes(st.config)) for mc in models]
+        created = [st.registry.create(mc, st.config.server) for mc in models]
         async with st.loading():
             failed = await st.registry.load(created, self.governing.index_for)
         memory.trim()  # what loading and warm-up freed goes back to the system
@@ -152,10 +136,9 @@ class Server:
     async def reload(self) -> dict[str, Any]:
         res = await self.reloader.reload()
         if res["ok"]:
-            await self.offload.configure(self.state.config.offload)
-            problems = await self.kserve.apply(self.state.config.server.kserve)
+            problems = [p for room in self.state.rooms for p in await room.apply(self.state.config)]
             if problems:
-                res = {**res, "kserve_errors": problems}
+                res = {**res, "listener_errors": problems}
             self.state.notifier.ready(self.health.status_line())
         return res
 
@@ -180,13 +163,12 @@ class Server:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
-        await self.kserve.stop()
-        await self.offload.close()
+        for room in reversed(st.rooms):
+            await room.stop()
         await st.registry.close()
         self.governing.close()
-        self.endpoints.close()
-        self.inference.close()
-        self.shm.close()
+        self.control.close()
+        st.zmq.term()
         st.metrics.close()
         log.info("stopped answered=%d", st.answered)
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from edged.model import Model
-from edged.overload_config import OverloadConfig
+from edged.config.overload import OverloadConfig
+from edged.model.model import Model
 
 log = logging.getLogger("edged.governor")
 

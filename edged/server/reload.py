@@ -14,12 +14,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from edged.config import Config, ModelConfig, load_config
+from edged.config.file import Config, load_config
+from edged.config.models import ModelConfig
 from edged.errors import ConfigError
-from edged.model import Model
-from edged.server.endpoints import Endpoints, check_client_keys
+from edged.model.model import Model
+from edged.protocols.sockets import check_client_keys
 from edged.server.governing import Governing
-from edged.server.state import ServerState, swap_headroom_bytes
+from edged.server.state import ServerState
 
 log = logging.getLogger("edged.server")
 
@@ -70,9 +71,8 @@ def needs_restart(old: Config, new: Config) -> list[str]:
 
 
 class Reloader:
-    def __init__(self, state: ServerState, endpoints: Endpoints, governing: Governing) -> None:
+    def __init__(self, state: ServerState, governing: Governing) -> None:
         self.state = state
-        self.endpoints = endpoints
         self.governing = governing
         self._lock = asyncio.Lock()
 
@@ -107,7 +107,6 @@ class Reloader:
                 return self._failed(errors)
             let_go = st.registry.replace(staged, plan.removed)  # atomic switch
             st.config = new
-            self.endpoints.reload_client_keys(new.server)
             self.governing.configure(new)
             for m in let_go:
                 await m.drain(new.server.drain_timeout_s)
@@ -130,7 +129,7 @@ class Reloader:
         staged: dict[str, Model] = {}
         errors = []
         for mc in models:
-            m = st.registry.create(mc, new.server.limits, swap_headroom_bytes(new))
+            m = st.registry.create(mc, new.server)
             try:
                 await m.load(self.governing.index_for(m))
                 staged[mc.name] = m

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from edged.config.verify import Tolerances
 from edged.errors import ArtifactError
-from edged.verify.config import Tolerances
 
 #: detections are decoded down to this fraction of the served threshold for matching
 RELAXED = 0.5

@@ -17,21 +17,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edged import golden
 from edged.backends.base import Backend, TensorSpec, run_batch
-from edged.config import ModelConfig, VariantConfig
+from edged.config.models import ModelConfig, VariantConfig
+from edged.config.verify import tolerances
 from edged.detect.geometry import Transform, fit
-from edged.detect.head import input_size
-from edged.preprocess import Preprocessor
-from edged.verify.compare import (
-    RELAXED,
-    VerifyRefused,
-    compare_detections,
-    compare_outputs,
-    rel_err_by_input,
-)
-from edged.verify.config import tolerances
-from edged.verify.inputs import (
+from edged.preprocess.preprocessor import Preprocessor
+from edged.verify import golden
+from edged.verify.check_inputs import (
     CheckInputs,
     RecentInputs,
     fit_feeds,
@@ -39,12 +31,19 @@ from edged.verify.inputs import (
     from_validation,
     validation_file,
 )
+from edged.verify.compare import (
+    RELAXED,
+    VerifyRefused,
+    compare_detections,
+    compare_outputs,
+    rel_err_by_input,
+)
 
 log = logging.getLogger("edged.verify")
 
 
 class Opened(Protocol):
-    """What the verifier needs of an open variant (``edged.variants.Loaded``)."""
+    """What the verifier needs of an open variant (``edged.model.live_variant.Loaded``)."""
 
     index: int
     config: VariantConfig
@@ -239,7 +238,7 @@ class Verifier:
         post_cfg = self.cfg.postprocess
         if post_cfg is None:
             return pre.from_frame
-        size = input_size(spec, pre.cfg)
+        size = pre.cfg.input_size(spec.shape)
 
         def letterboxed(frame: np.ndarray) -> np.ndarray:
             fitted, _ = fit(frame, post_cfg.resize, size[0], size[1], post_cfg.pad_value)

@@ -26,8 +26,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from edged.harness import Daemon, free_port, machine_info  # noqa: E402
-from edged.harness_config import shipped_person_block  # noqa: E402
+from edged.testing.configs import shipped_person_block  # noqa: E402
+from edged.testing.harness import Daemon, free_port, machine_info  # noqa: E402
 
 
 def config(tmp: Path, arena: bool) -> Path:

@@ -6,7 +6,7 @@
 Starts a daemon serving config.toml's person model with one ``[[server.frigate]]``
 endpoint (timeout_ms 200, Frigate's default request_timeout_ms). Each round runs
 ``--clients`` REQ sockets in threads for ``--seconds``: first speaking Frigate's protocol
-through ``edged.frigate_client`` (``[{"shape","dtype","model_type"}, 320x320x3 uint8 RGB]``
+through ``edged.testing.frigate_plugin`` (``[{"shape","dtype","model_type"}, 320x320x3 uint8 RGB]``
 -> 480 bytes, 10 s client timeouts), then edged's native one with the same 320x320 frame
 (BGR, as OpenCV gives it) and pre-encoded headers.
 Modes alternate per round so a change in the machine's load hits both. Prints per mode
@@ -15,7 +15,7 @@ could not serve in time), then the ratio frigate/native.
 
     PYTHONPATH=. python scripts/bench/bench_frigate.py --plugin --clients 4,8 --seconds 10
 
-``--plugin`` measures what Frigate's own plugin sees, with ``edged.frigate_client``
+``--plugin`` measures what Frigate's own plugin sees, with ``edged.testing.frigate_plugin``
 (REQ, 200 ms timeouts, the handshake, a socket reset and new handshake after a timeout):
 the warm handshake answer time (p50/p99 of ``--handshakes`` handshakes on a configured
 endpoint), transfer -> first detection for the 12 MB person detector sent to an
@@ -46,9 +46,9 @@ import zmq
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from edged.frigate_client import FrigateDetector  # noqa: E402
-from edged.harness import Daemon, free_port, machine_info, percentiles_ms  # noqa: E402
-from edged.harness_config import shipped_person_block  # noqa: E402
+from edged.testing.configs import shipped_person_block  # noqa: E402
+from edged.testing.frigate_plugin import FrigateDetector  # noqa: E402
+from edged.testing.harness import Daemon, free_port, machine_info, percentiles_ms  # noqa: E402
 
 
 def config(tmp: Path, port: int, timeout_ms: float) -> Path:
@@ -138,7 +138,7 @@ def native_socket(endpoint: str, msg: list[bytes]) -> tuple[Callable[[], Any], A
 
 def run_clients(endpoint: str, msg: Any, mode: str, clients: int,
                 seconds: float) -> dict[str, Any]:
-    """``clients`` threads on one protocol: Frigate's through ``edged.frigate_client``
+    """``clients`` threads on one protocol: Frigate's through ``edged.testing.frigate_plugin``
     (10 s timeouts: the endpoint's own ``timeout_ms`` decides), or the native ``msg``."""
     if mode == "frigate":
         dets = [FrigateDetector(endpoint, "/m/bench.onnx", "ssd", 10000)

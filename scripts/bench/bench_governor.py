@@ -66,11 +66,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from edged import harness_config  # noqa: E402
 from edged.bench.load import drive  # noqa: E402
 from edged.client import build_infer  # noqa: E402
-from edged.harness import Daemon, machine_info, wait_until  # noqa: E402
-from edged.harness_config import model_table, table, tables  # noqa: E402
+from edged.testing import configs as harness_config  # noqa: E402
+from edged.testing.configs import model_table, table, tables  # noqa: E402
+from edged.testing.harness import Daemon, machine_info, wait_until  # noqa: E402
 
 MODELS = ROOT / "models" / "digits"
 LADDER = ("cnn-fp32", "cnn-int8", "small-fp32")

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from edged.harness import Daemon, free_port, machine_info, percentiles_ms
+from edged.testing.harness import Daemon, free_port, machine_info, percentiles_ms
 
 SERVER = '''
 import base64, sys

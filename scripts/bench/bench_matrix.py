@@ -50,9 +50,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from edged import harness_config  # noqa: E402
-from edged.harness import Daemon  # noqa: E402
-from edged.harness_config import model_table, variant  # noqa: E402
+from edged.testing import configs as harness_config  # noqa: E402
+from edged.testing.configs import model_table, variant  # noqa: E402
+from edged.testing.harness import Daemon  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench-models"
 QUIET = 0.3
@@ -257,7 +257,7 @@ def _f(x: Any, nd: int = 2) -> str:
 
 
 def markdown(rows: list[Row], a: argparse.Namespace) -> str:
-    from edged.harness import machine_info
+    from edged.testing.harness import machine_info
 
     m = machine_info()
     out = [f"Matrix: `scripts/bench/bench_matrix.py --rounds {a.rounds} --duration {a.duration} "

@@ -31,8 +31,9 @@ LOAD = r"""
 import json, sys, time
 from pathlib import Path
 from edged.backends import onnxruntime as b
+from edged.config.runtimes import OnnxRuntimeOptions
 model, cache, level, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-opts = b.Options(threads=threads, graph_optimization_level=level,
+opts = OnnxRuntimeOptions(threads=threads, graph_optimization_level=level,
                  optimized_model_path=Path(cache) if cache != "-" else None)
 t0 = time.perf_counter()
 be = b.open_backend(Path(model), opts, 1)

@@ -30,10 +30,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from edged.detect.config import PostprocessConfig  # noqa: E402
+from edged.config.postprocess import PostprocessConfig  # noqa: E402
+from edged.config.schema import Table  # noqa: E402
 from edged.detect.geometry import fit  # noqa: E402
 from edged.detect.postprocess import Postprocessor  # noqa: E402
-from edged.schema import Table  # noqa: E402
 
 C, N, SIZE = 80, 8400, 640
 

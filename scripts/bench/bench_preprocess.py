@@ -21,8 +21,8 @@ import time
 import cv2
 import numpy as np
 
-from edged.harness import machine_info
-from edged.preprocess import PreprocessConfig, Preprocessor
+from edged.preprocess.preprocessor import PreprocessConfig, Preprocessor
+from edged.testing.harness import machine_info
 
 IMAGENET = dict(scale=1 / 255, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 

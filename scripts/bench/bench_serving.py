@@ -53,12 +53,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from edged.backends.base import TensorSpec, zero_feeds  # noqa: E402
-from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
+from edged.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
 from edged.bench import footprint  # noqa: E402
 from edged.bench.load import drive  # noqa: E402
 from edged.client.messages import build_infer  # noqa: E402
-from edged.harness import Daemon, machine_info, percentile_ms  # noqa: E402
-from edged.harness_config import config_text, model_table, table, variant  # noqa: E402
+from edged.config.runtimes import OnnxRuntimeOptions  # noqa: E402
+from edged.testing.configs import config_text, model_table, table, variant  # noqa: E402
+from edged.testing.harness import Daemon, machine_info, percentile_ms  # noqa: E402
 
 DEFAULT_MODEL = ROOT / ".cache" / "bench-models" / "mobilenetv2-fp32.onnx"
 DEFAULT_CONFIG = ROOT / "config.toml"
@@ -112,7 +113,7 @@ def raw_throughput(sess: Any, specs: Sequence[TensorSpec], batch: int, seconds: 
 
 # == the daemon ============================================================================
 
-def bench_config(model: Path, settings: Options, max_batch: int, max_delay_ms: float,
+def bench_config(model: Path, settings: OnnxRuntimeOptions, max_batch: int, max_delay_ms: float,
                  governor: bool, auto_batch: bool = False) -> str:
     """A config serving ``model`` as model "bench" with one ORT variant."""
     opts = {"threads": settings.threads, "inter_op_threads": settings.inter_op_threads,
@@ -277,7 +278,7 @@ def markdown(r: dict[str, Any]) -> str:
 
 # == phases ================================================================================
 
-def serving_phase(a: argparse.Namespace, settings: Options, wd: Path,
+def serving_phase(a: argparse.Namespace, settings: OnnxRuntimeOptions, wd: Path,
                   result: dict[str, Any]) -> None:
     model = Path(a.model)
     backend = OnnxRuntimeBackend(model, settings)  # the session exactly as the daemon's
@@ -453,7 +454,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    settings = Options(threads=a.threads, inter_op_threads=a.inter_op_threads,
+    settings = OnnxRuntimeOptions(threads=a.threads, inter_op_threads=a.inter_op_threads,
                        graph_optimization_level=a.graph_optimization_level,
                        allow_spinning=a.allow_spinning)
     result: dict[str, Any] = {

@@ -19,10 +19,10 @@ import psutil
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from edged.backends.sidecar import sha256_file, write_sidecar  # noqa: E402
+from edged.backends.support.sidecar import sha256_file, write_sidecar  # noqa: E402
 from edged.compile import tvm_build  # noqa: E402
 from edged.compile.modelinfo import io_specs, tool_versions  # noqa: E402
-from edged.harness import Daemon, machine_info  # noqa: E402
+from edged.testing.harness import Daemon, machine_info  # noqa: E402
 
 MODEL = ROOT / "models" / "digits" / "cnn-fp32.onnx"
 

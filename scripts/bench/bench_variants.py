@@ -51,7 +51,7 @@ def make_int8(fp32: Path, out: Path) -> Path:
 def build_tvm(fp32: Path, work: Path, arch: str, batch: int, trials: int,
               threads: int) -> dict[str, Path]:
     """Untuned (symbolic batch) and, with trials, tuned per-batch-size libraries."""
-    from edged.backends.sidecar import sha256_file, write_sidecar
+    from edged.backends.support.sidecar import sha256_file, write_sidecar
     from edged.compile import tvm_build, tvm_tune
     from edged.compile.modelinfo import io_specs, tool_versions
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", str(a.threads))
     from edged.compile.bench import measure
-    from edged.compile.runners import open_variant
+    from edged.compile.checks import open_variant
 
     a.work.mkdir(parents=True, exist_ok=True)
     rows: list[tuple[str, str, float, float]] = []

@@ -49,9 +49,10 @@ sys.path.insert(0, str(ROOT))
 
 from builder_support import build_and_publish  # noqa: E402
 
-from edged.backends.isa import cpu_name  # noqa: E402
-from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
+from edged.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
+from edged.backends.support.isa import cpu_name  # noqa: E402
 from edged.compile.ort_steps import to_int8_static  # noqa: E402
+from edged.config.runtimes import OnnxRuntimeOptions  # noqa: E402
 
 OUT_DIR = ROOT / "models" / "person"
 DEFAULT_VENV = Path("/tmp/edged-tfconv")
@@ -218,7 +219,7 @@ def to_input(rgb: np.ndarray) -> np.ndarray:
 
 def session(path: Path, threads: int = 1) -> ort.InferenceSession:
     """The daemon's CPU session."""
-    return OnnxRuntimeBackend(path, Options(threads=threads)).session
+    return OnnxRuntimeBackend(path, OnnxRuntimeOptions(threads=threads)).session
 
 
 def detect(sess: ort.InferenceSession, x: np.ndarray) -> list[np.ndarray]:

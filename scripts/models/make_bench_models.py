@@ -39,9 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 from builder_support import export_torch, save_checked  # noqa: E402
 
-from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
+from edged.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
 from edged.compile.bench import measure  # noqa: E402
 from edged.compile.ort_steps import to_int8_static  # noqa: E402
+from edged.config.runtimes import OnnxRuntimeOptions  # noqa: E402
 
 DEFAULT_OUT = ROOT / ".cache" / "bench-models"
 INPUT_NAME = "input"
@@ -232,7 +233,7 @@ def quantize_int8(src: Path, dst: Path, calib_batches: int) -> None:
 def check_and_time(path: Path, runs: int, threads: int) -> float:
     """Verify I/O names and the dynamic batch (1 and 2), return batch-1 p50 ms
     (``edged.compile.bench``)."""
-    be = OnnxRuntimeBackend(path, Options(threads=threads))
+    be = OnnxRuntimeBackend(path, OnnxRuntimeOptions(threads=threads))
     sess = be.session
     (inp,), (out,) = sess.get_inputs(), sess.get_outputs()
     if (inp.name, out.name) != (INPUT_NAME, OUTPUT_NAME) or not isinstance(inp.shape[0], str):

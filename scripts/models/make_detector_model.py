@@ -59,11 +59,13 @@ sys.path.insert(0, str(ROOT))
 from builder_support import build_and_publish, export_torch  # noqa: E402
 from builder_support import cost as builder_cost  # noqa: E402
 
-from edged.backends.isa import cpu_name  # noqa: E402
-from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
+from edged.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
+from edged.backends.support.isa import cpu_name  # noqa: E402
 from edged.compile.bench import measure  # noqa: E402
 from edged.compile.ort_steps import to_int8_static  # noqa: E402
-from edged.detect.decoders import DecodeParams, decode_yolov8  # noqa: E402
+from edged.config.runtimes import OnnxRuntimeOptions  # noqa: E402
+from edged.detect.decoders.support import DecodeParams  # noqa: E402
+from edged.detect.decoders.yolov8 import decode_yolov8  # noqa: E402
 from edged.detect.metrics_map import evaluate_map  # noqa: E402
 from edged.detect.nms import select  # noqa: E402
 
@@ -521,7 +523,7 @@ def quantize_int8(src: Path, dst: Path, calib: np.ndarray) -> list[str]:
 
 def session(path: Path, threads: int = 0) -> ort.InferenceSession:
     """The daemon's CPU session (``threads`` 0 lets ORT choose)."""
-    return OnnxRuntimeBackend(path, Options(threads=threads)).session
+    return OnnxRuntimeBackend(path, OnnxRuntimeOptions(threads=threads)).session
 
 
 def detections(out: np.ndarray, size: int, conf: float) -> list[np.ndarray]:
@@ -568,7 +570,8 @@ def measure_latencies(out: Path) -> dict[str, dict[int, float]]:
     ``edged.compile.bench`` (what ``edged compile`` records for a ladder)."""
     res = {}
     for v in VARIANTS:
-        s = measure(OnnxRuntimeBackend(out / f"{v}.onnx", Options(threads=1)), 8, runs=200)
+        be = OnnxRuntimeBackend(out / f"{v}.onnx", OnnxRuntimeOptions(threads=1))
+        s = measure(be, 8, runs=200)
         res[v] = {1: s.latency_ms_p50, 8: 8000.0 / s.throughput_per_s}
     return res
 

@@ -51,10 +51,11 @@ sys.path.insert(0, str(ROOT))
 from builder_support import build_and_publish, export_torch, save_checked  # noqa: E402
 from builder_support import cost as builder_cost  # noqa: E402
 
-from edged.backends.isa import cpu_name  # noqa: E402
-from edged.backends.onnxruntime import OnnxRuntimeBackend, Options  # noqa: E402
+from edged.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
+from edged.backends.support.isa import cpu_name  # noqa: E402
 from edged.compile.bench import measure  # noqa: E402
 from edged.compile.ort_steps import to_int8_static  # noqa: E402
+from edged.config.runtimes import OnnxRuntimeOptions  # noqa: E402
 
 OUT_DIR = ROOT / "models" / "digits"
 SEED = 20260
@@ -238,7 +239,7 @@ def quantize_int8(src: Path, dst: Path, calib_u8: np.ndarray) -> None:
 
 def session(path: Path, threads: int = 0) -> ort.InferenceSession:
     """The daemon's CPU session (``threads`` 0 lets ORT choose)."""
-    return OnnxRuntimeBackend(path, Options(threads=threads)).session
+    return OnnxRuntimeBackend(path, OnnxRuntimeOptions(threads=threads)).session
 
 
 def accuracy(path: Path, x_u8: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
@@ -274,7 +275,8 @@ def measure_latencies(out: Path) -> dict[str, dict[str, float]]:
     """
     res = {}
     for v in VARIANTS:
-        s = measure(OnnxRuntimeBackend(out / f"{v}.onnx", Options(threads=1)), 1, runs=400)
+        be = OnnxRuntimeBackend(out / f"{v}.onnx", OnnxRuntimeOptions(threads=1))
+        s = measure(be, 1, runs=400)
         res[v] = {"median": s.latency_ms_p50, "p90": s.latency_ms_p90}
     return res
 

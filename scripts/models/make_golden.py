@@ -22,13 +22,14 @@ sys.path.insert(0, str(ROOT))
 
 from edged.backends import backend_module  # noqa: E402
 from edged.backends.base import run_batch  # noqa: E402
-from edged.golden import precision_of, write_golden  # noqa: E402
-from edged.schema import Table  # noqa: E402
+from edged.config.runtimes import read_options  # noqa: E402
+from edged.config.schema import Table  # noqa: E402
+from edged.verify.golden import precision_of, write_golden  # noqa: E402
 
 
 def record(artifact: Path, feeds: dict[str, np.ndarray]) -> None:
     mod = backend_module("onnxruntime")
-    be = mod.open_backend(artifact, mod.Options.from_table(Table({}, "", "-")), 8)
+    be = mod.open_backend(artifact, read_options("onnxruntime", Table({}, "", "-")), 8)
     outs = run_batch(be, feeds)
     be.close()
     p = write_golden(artifact, feeds, outs, precision_of(artifact, artifact.stem))

@@ -5,7 +5,7 @@ module needs lives here, so no test module imports another (pytest puts ``tests/
 ``sys.path``, hence ``from support.configs import digits_config``). One job per module:
 
 * ``paths`` — the checkout and its shipped models;
-* ``daemons`` — the real daemon in a subprocess (``edged.harness``), metrics scraping;
+* ``daemons`` — the real daemon in a subprocess (``edged.testing.harness``), metrics scraping;
 * ``configs`` — TOML configs: model and variant tables, the digits and person configs;
 * ``waits`` — waiting for a condition instead of sleeping a fixed time;
 * ``governor`` — level tables, status helpers and load for governor tests;

@@ -2,7 +2,7 @@
 
 Why: a ``[[models]]`` table written out by hand in every test hides the one or two keys
 the test is about among a dozen it is not. The TOML is built by the package's one
-builder (``edged.harness_config``); here are the tests' defaults on top of it:
+builder (``edged.testing.configs``); here are the tests' defaults on top of it:
 ``variant`` gives ONNX Runtime one thread, ``config`` writes into a test's ``tmp`` with
 metrics off. Tests that are *about* the TOML text (config errors) keep it literal.
 
@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from edged import harness_config
-from edged.harness_config import model_table, toml_value
+from edged.testing import configs as harness_config
+from edged.testing.configs import model_table, toml_value
 from support.paths import MODELS, ROOT
 from support.slow_model import make_slow_model
 

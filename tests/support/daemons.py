@@ -1,6 +1,6 @@
 """The real daemon in a subprocess on free ports (edged's one harness) and its metrics.
 
-``Daemon`` and ``free_port`` are ``edged.harness``'s own, re-exported so tests and
+``Daemon`` and ``free_port`` are ``edged.testing.harness``'s own, re-exported so tests and
 scripts start daemons the same way.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import urllib.request
 
-from edged.harness import Daemon, free_port
+from edged.testing.harness import Daemon, free_port
 
 __all__ = ["Daemon", "free_port", "inflight", "metric", "metrics", "received"]
 

@@ -1,6 +1,6 @@
 """A fake systemd notify socket for tests: a real AF_UNIX datagram socket.
 
-Use it against :class:`edged.systemd.Notifier` in-process or against the real
+Use it against :class:`edged.host.systemd.Notifier` in-process or against the real
 daemon in a subprocess::
 
     from support.notify_socket import NotifySocket

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edged.preprocess import PreprocessConfig, Preprocessor
-from edged.schema import Table
+from edged.config.schema import Table
+from edged.preprocess.preprocessor import PreprocessConfig, Preprocessor
 
 # The person in each photo, x1, y1, x2, y2 in the photo's pixels, read once off the
 # photo drawn over a 50-pixel grid (hair/cap top to the bottom edge, outermost

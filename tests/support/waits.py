@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from edged.harness import wait_until
+from edged.testing.harness import wait_until
 from support.daemons import Daemon, received
 
 

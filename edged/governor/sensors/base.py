@@ -89,22 +89,16 @@ class Partial:
     throttled: dict[str, bool] = field(default_factory=dict)
     battery_ratio: float | None = None
     battery_plugged: bool | None = None
-    #: whole-board power as each source family sees it; the sampler picks the total.
-    rapl_total: float | None = None
-    ina_total: float | None = None
-    nvml_total: float | None = None
+    #: the whole board's power where a source measures it at the input (INA3221's board
+    #: rail, which includes the GPU); the sampler takes it as the total
+    board_w: float | None = None
+    #: the power of the parts a source measures (RAPL: the CPU package; NVML: the GPUs),
+    #: by source; their sum is the total where nothing measures the whole board
+    part_w: dict[str, float] = field(default_factory=dict)
 
     def fail(self, name: str, kind: str, exc: BaseException) -> None:
         self.kinds[name] = kind
         self.failures[name] = (classify_error(exc), describe(exc))
-
-    def total_power_w(self) -> float | None:
-        """INA3221's board rail when there is one (it includes the GPU), else RAPL + NVML."""
-        if self.ina_total is not None:
-            return self.ina_total
-        if self.rapl_total is not None or self.nvml_total is not None:
-            return (self.rapl_total or 0.0) + (self.nvml_total or 0.0)
-        return None
 
 
 class Source(abc.ABC):

@@ -87,7 +87,7 @@ class Ina3221(Source):
         read_ina3221_iio(self.root, out, rails)
         out.power.update({k: v for k, v in rails.items() if v == v})
         if rails:
-            out.ina_total = ina_total(rails)
+            out.board_w = ina_total(rails)
 
 
 def open_source(root: str) -> Source:

@@ -62,7 +62,7 @@ class Nvml(Source):
             else:
                 total += watts
         if self._handles and complete:
-            out.nvml_total = total
+            out.part_w[self.label] = total
 
     def _read_gpu(self, i: int, h: Any, out: Partial) -> float | None:
         """One GPU's temperature, power (returned, None if unread) and throttle reasons."""

@@ -77,9 +77,9 @@ class Rapl(Source):
             elif zname.startswith("package"):
                 packages.append(watts)
         if psys is not None:
-            out.rapl_total = psys
+            out.part_w[self.label] = psys
         elif packages and complete:
-            out.rapl_total = sum(packages)
+            out.part_w[self.label] = sum(packages)
 
     def _update(self, zone: str, energy: int, now: float) -> float | None:
         prev = self._last.get(zone)

@@ -113,7 +113,7 @@ class Sensors:
             wall_time=time.time(),
             temperatures=part.temperatures,
             power=part.power,
-            total_power_w=part.total_power_w(),
+            total_power_w=total_power(part),
             battery_ratio=part.battery_ratio,
             battery_plugged=part.battery_plugged,
             throttled=part.throttled,
@@ -139,3 +139,11 @@ class Sensors:
         for source in self.sources:
             source.close()
         log.info("governor closed: sensors released")
+
+
+def total_power(part: Partial) -> float | None:
+    """The one place the board's total power is decided: a whole-board reading when a
+    source has one, else the sum of the parts measured (CPU package, GPUs), else None."""
+    if part.board_w is not None:
+        return part.board_w
+    return sum(part.part_w.values()) if part.part_w else None

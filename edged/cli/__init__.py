@@ -1,0 +1,1 @@
+"""The ``edged`` command (``main``), one module per command group."""

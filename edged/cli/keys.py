@@ -1,0 +1,27 @@
+"""``edged keys generate``: CURVE key pairs for the daemon and its clients."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    k = sub.add_parser("keys", help="CURVE key management")
+    ksub = k.add_subparsers(dest="keys_cmd", required=True)
+    kg = ksub.add_parser("generate", help="write NAME.key (public) and NAME.key_secret")
+    kg.add_argument("name")
+    kg.add_argument("--dir", default=".", help="output directory")
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    import zmq.auth
+
+    d = Path(args.dir)
+    d.mkdir(parents=True, exist_ok=True)
+    public, secret = zmq.auth.create_certificates(str(d), args.name)
+    os.chmod(secret, 0o600)
+    print(f"public key: {public}  (copy to the daemon's clients_dir, or give to clients as "
+          f"--server-key)\nsecret key: {secret}  (keep private, mode 0600)")
+    return 0

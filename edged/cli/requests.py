@@ -1,0 +1,110 @@
+"""``edged infer``, ``edged models``, ``edged health``: the daemon's inference endpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from edged.cli.common import add_client_args
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    i = sub.add_parser("infer", help="send one image or .npy tensor and print the result")
+    i.add_argument("model")
+    i.add_argument("input", help="a .jpg/.png image or a .npy tensor")
+    i.add_argument("--top", type=int, default=3, help="classes to print (classifiers)")
+    i.add_argument("--json", action="store_true", help="print the raw reply header")
+    i.add_argument("--labels", help="file with one label per line")
+    i.add_argument("--draw", metavar="OUT.jpg",
+                   help="detectors: write the image with the boxes and labels drawn")
+    i.add_argument("--conf", type=float, help="detectors: score threshold for this request")
+    add_client_args(i)
+
+    for name, help_ in (("models", "list the models the daemon serves"),
+                        ("health", "is the daemon ready?")):
+        p = sub.add_parser(name, help=help_)
+        add_client_args(p)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from edged.client import Client
+
+    return Client(args.endpoint, args.timeout, args.server_key, args.client_key)
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from edged.client import ClientTimeout
+
+    p = Path(args.input)
+    if not p.exists():
+        print(f"edged: {p}: no such file", file=sys.stderr)
+        return 2
+    inputs: Any = np.load(p, allow_pickle=False) if p.suffix == ".npy" else p
+    opts = {"conf": args.conf} if args.conf is not None else {}
+    try:
+        with _client(args) as c:
+            r = c.infer(args.model, inputs, raise_on_error=False, **opts)
+    except ClientTimeout as e:
+        print(f"edged: {args.endpoint}: {e} (is the daemon running?)", file=sys.stderr)
+        return 3
+    except ValueError as e:
+        print(f"edged: {e}", file=sys.stderr)
+        return 2
+    if args.json or not r.ok:
+        print(json.dumps(r.header, indent=2))
+        return 0 if r.ok else 1
+    labels = Path(args.labels).read_text().split() if args.labels else None
+    t = r.header["timing"]
+    print(f"model={r.header['model']} variant={r.header['variant']} "
+          f"queue={t['queue_us']}us compute={t['compute_us']}us batch={t['batch']}")
+    if r.detections is not None:
+        return _print_detections(r.detections, p, args.draw)
+    for name, arr in r.outputs.items():
+        if arr.ndim == 2 and arr.shape[0] == 1 and arr.dtype.kind == "f":
+            logits = arr[0].astype(np.float64)
+            probs = np.exp(logits - logits.max())
+            probs /= probs.sum()
+            top = np.argsort(-probs)[: args.top]
+            best = labels[top[0]] if labels else int(top[0])
+            print(f"{name}: class {best}  (" + ", ".join(
+                f"{labels[k] if labels else int(k)}: {probs[k]:.3f}" for k in top) + ")")
+        else:
+            print(f"{name}: {arr.dtype} {list(arr.shape)}")
+    return 0
+
+
+def _print_detections(dets: Any, image: Path, draw: str | None) -> int:
+    from edged.detect.table import detections_table
+
+    names = [dets.labels.get(k, str(k)) for k in range(max(dets.labels, default=-1) + 1)]
+    print(detections_table(dets.rows, names))
+    if draw:
+        import cv2
+
+        from edged.detect.draw import draw_detections
+
+        img = cv2.imread(str(image), cv2.IMREAD_COLOR)
+        if img is None:
+            print(f"edged: --draw needs an image file; {image} is not one", file=sys.stderr)
+            return 2
+        cv2.imwrite(draw, draw_detections(img, dets.rows, names))
+        print(f"wrote {draw}")
+    return 0
+
+
+def cmd_simple(args: argparse.Namespace) -> int:
+    from edged.client import ClientTimeout
+
+    try:
+        with _client(args) as c:
+            r = c.health() if args.cmd == "health" else c.models()
+    except ClientTimeout as e:
+        print(f"edged: {args.endpoint}: {e} (is the daemon running?)", file=sys.stderr)
+        return 3
+    print(json.dumps(r.header, indent=2))
+    return 0 if r.ok else 1

@@ -1,0 +1,99 @@
+"""The daemon's configuration: parsed from TOML once into frozen, validated objects.
+
+Every problem names the file, the dotted key path and what was expected, and all
+problems are reported together (``edged check``). Paths in the file are relative to
+the file's own folder, so a config and its models can move together.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from edged.config.frigate import check_frigate
+from edged.config.governor import GovernorConfig
+from edged.config.kserve import OffloadConfig, check_offload_models, parse_offload
+from edged.config.models import ModelConfig, read_model
+from edged.config.schema import Table, raise_if_problems
+from edged.config.server import MetricsConfig, ServerConfig, parse_listen, read_metrics, read_server
+from edged.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Config:
+    file: Path
+    server: ServerConfig
+    metrics: MetricsConfig
+    models: tuple[ModelConfig, ...]
+    governor: GovernorConfig
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
+
+    def model(self, name: str) -> ModelConfig | None:
+        return next((m for m in self.models if m.name == name), None)
+
+    def with_overrides(
+        self, endpoints: list[str] | None = None, metrics: str | None = None,
+        runtime_dir: str | None = None, control: str | None = None,
+    ) -> Config:
+        """Apply CLI flags (they win over the file) so daemons can run side by side."""
+        server = self.server
+        if endpoints:
+            server = replace(server, endpoints=tuple(endpoints))
+        if runtime_dir:
+            server = replace(server, runtime_dir=Path(runtime_dir))
+        if control:
+            server = replace(server, control=control)
+        m = self.metrics
+        if metrics is not None:
+            m = parse_listen(metrics, "--metrics")
+        return replace(self, server=server, metrics=m)
+
+
+
+
+def parse_config(data: dict[str, Any], file: Path | str) -> Config:
+    """Build a Config from already-parsed TOML (``file`` anchors relative paths)."""
+    file = Path(file).resolve()
+    root = Table(data, "", file)
+    server = read_server(root.table("server"))
+    metrics = read_metrics(root.table("metrics"))
+    models = [m for m in (read_model(mt) for mt in root.tables("models", required=True)) if m]
+    names = [m.name for m in models]
+    for n in {n for n in names if names.count(n) > 1}:
+        root.problem("models", f"model name {n!r} is used twice")
+    check_frigate(root, server.frigate, server.endpoints, models)
+    frigate_models = {f.model for f in server.frigate}
+    models = [replace(m, overload=m.overload.resolved(m.name in frigate_models))
+              for m in models]
+    gov_t = root.table("governor")
+    governor = GovernorConfig.from_table(gov_t)
+    off_t = root.table("offload")
+    offload = parse_offload(off_t)
+    check_offload_models(off_t, offload, {m.name: [v.name for v in m.variants] for m in models})
+    for lv in governor.levels or ():
+        for name in lv.offload:
+            if offload.for_model(name) is None:
+                root.problem("governor.levels", f"level {lv.name!r}: offload {name!r} has no "
+                             "[[offload.models]] entry (where would its requests go?)")
+    root.done()
+    raise_if_problems(root.problems)
+    return Config(file=file, server=server, metrics=metrics, models=tuple(models),
+                  governor=governor, offload=offload)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a config file; raises ConfigError listing every problem."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ConfigError([f"{p}: cannot read config file: {e.strerror or e}"]) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"{p}: not UTF-8 text: {e}"]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError([f"{p}: invalid TOML: {e}"]) from None
+    return parse_config(data, p)

@@ -1,0 +1,127 @@
+"""``[[models]]`` and ``[[models.variants]]``: a model, its batching keys and its ladder.
+
+Why the variants' options are read here, by runtime name: ``edged check`` reports a bad
+option of any runtime in one pass, without importing that runtime
+(``edged.config.runtimes`` holds each runtime's options).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edged.config.overload import OverloadConfig
+from edged.config.postprocess import PostprocessConfig
+from edged.config.preprocess import PreprocessConfig
+from edged.config.runtimes import RUNTIMES, BackendOptions, read_options
+from edged.config.schema import Table, non_negative, positive
+from edged.config.verify import BY_PRECISION, ModelVerify, VariantVerify
+
+
+@dataclass(frozen=True)
+class VariantConfig:
+    name: str
+    backend: str
+    path: Path
+    options: BackendOptions
+    #: the variant others are checked against on this device (default: the first)
+    reference: bool = False
+    verify: VariantVerify = field(default_factory=VariantVerify)
+    #: fp32 / fp16 / int8 (default: the artifact's sidecar, else its name)
+    precision: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    variants: tuple[VariantConfig, ...]  # heaviest first: the governor's ladder
+    required: bool = False
+    max_batch_size: int = 8
+    max_queue: int = 256
+    max_delay_ms: float = 0.0
+    auto_batch: bool = False
+    #: after a batch, hold a short queue for this fraction of a batch's compute time (0: off)
+    batch_window: float = 0.0
+    #: a lone request on an idle model computes on the event loop below this (0: off)
+    inline_max_ms: float = 0.0
+    preprocess: PreprocessConfig | None = None
+    postprocess: PostprocessConfig | None = None  # a detector: answer with boxes
+    #: frames per second one stream may send (0: no limit); a request's max_fps may lower it
+    max_stream_fps: float = 0.0
+    #: stream ids remembered at most (least recently seen forgotten first)
+    max_streams: int = 4096
+    #: a stream not seen for this long is forgotten
+    stream_idle_s: float = 60.0
+    verify: ModelVerify = field(default_factory=ModelVerify)
+    #: stepping down the ladder while requests come too close to their deadlines
+    overload: OverloadConfig = field(default_factory=OverloadConfig)
+
+
+
+def _variant(t: Table) -> VariantConfig | None:
+    name = t.get("name", str)
+    backend = t.get("backend", str, choices=tuple(RUNTIMES))
+    path = t.get_path("path")  # existence is checked at load: one bad file fails one model
+    opts_t = t.table("options")
+    reference = t.get("reference", bool, False)
+    verify = VariantVerify.from_value(t)
+    precision = t.get("precision", str, None, choices=tuple(BY_PRECISION))
+    options = read_options(backend, opts_t) if backend is not None else None
+    t.done()
+    if name is None or backend is None or path is None or options is None:
+        return None
+    return VariantConfig(name=name, backend=backend, path=path, options=options,
+                         reference=reference, verify=verify, precision=precision)
+
+
+def read_model(t: Table) -> ModelConfig | None:
+    name = t.get("name", str, check=lambda n: None if n.strip() else "must not be empty")
+    variants = [v for v in (_variant(vt) for vt in t.tables("variants", required=True)) if v]
+    seen: set[str] = set()
+    for v in variants:
+        if v.name in seen:
+            t.problem("variants", f"variant name {v.name!r} is used twice")
+        seen.add(v.name)
+    refs = [v.name for v in variants if v.reference]
+    if len(refs) > 1:
+        t.problem("variants", f"only one variant may be the reference; {', '.join(refs)} say "
+                  "reference = true")
+    verify_t = t.table("verify")
+    verify = ModelVerify.from_table(verify_t)
+    pre_t = t.table("preprocess")
+    pre = PreprocessConfig.from_table(pre_t) if pre_t.data else None
+    post_t = t.table("postprocess")
+    post = PostprocessConfig.from_table(post_t) if post_t.data else None
+    if post_t.data and not pre_t.data:
+        t.problem("postprocess", "a detector needs [models.preprocess] (its width and height "
+                  "are what frames are letterboxed or stretched to)")
+    batching = t.table("batching")  # batching keys may sit in [models.batching] or inline
+    src = batching if batching.data else t
+    cfg = ModelConfig(
+        name=name or "",
+        variants=tuple(variants),
+        required=t.get("required", bool, False),
+        max_batch_size=src.get("max_batch_size", int, 8, check=positive),
+        max_queue=src.get("max_queue", int, 256, check=positive),
+        max_delay_ms=src.get("max_delay_ms", float, 0.0, check=non_negative),
+        auto_batch=src.get("auto_batch", bool, False),
+        batch_window=src.get("batch_window", float, 0.0, check=_fraction),
+        inline_max_ms=src.get("inline_max_ms", float, 0.0, check=non_negative),
+        preprocess=pre,
+        postprocess=post,
+        max_stream_fps=t.get("max_stream_fps", float, 0.0, check=non_negative),
+        max_streams=t.get("max_streams", int, 4096, check=positive),
+        stream_idle_s=t.get("stream_idle_s", float, 60.0, check=positive),
+        verify=verify,
+        overload=OverloadConfig.from_table(t.table("overload")),
+    )
+    if batching.data:
+        batching.done()
+    t.done()
+    return cfg if name and variants else None
+
+
+def _fraction(v: float) -> str | None:
+    return None if 0.0 <= v <= 1.0 else "must be a fraction from 0 to 1 (of a batch's compute time)"
+
+

@@ -1,0 +1,89 @@
+"""The registry: model name -> Model, and the loading, replacing and removing of models.
+
+Why a registry apart from the server: start, ``edged ctl load``/``unload`` and reload
+all change which models are served; one object owns that map so requests always see
+a consistent one (a replaced model keeps answering what it took before the switch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from edged.config.models import ModelConfig
+from edged.config.server import ServerConfig
+from edged.errors import NotFound
+from edged.metrics import Metrics
+from edged.model.model import Model
+
+
+class Registry:
+    def __init__(self, metrics: Metrics, power_w: Callable[[], float | None]) -> None:
+        self.metrics = metrics
+        self.power_w = power_w
+        self._models: dict[str, Model] = {}
+
+    def __iter__(self) -> Iterator[Model]:
+        return iter(list(self._models.values()))
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._models
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._models)
+
+    def find(self, name: str) -> Model | None:
+        return self._models.get(name)
+
+    def get(self, name: str) -> Model:
+        """The model, or NOT_FOUND naming what this daemon serves."""
+        m = self._models.get(name)
+        if m is None:
+            raise unknown_model(name, self.names)
+        return m
+
+    def create(self, mc: ModelConfig, server: ServerConfig) -> Model:
+        """A new, not yet loaded model (not yet registered), bounded by ``server``'s
+        limits and swap headroom."""
+        return Model(mc, self.metrics, server.limits, self.power_w, server.swap_headroom_bytes)
+
+    async def load(self, models: list[Model], index_for: Callable[[Model], int]) -> list[Model]:
+        """Register and load ``models`` concurrently; returns those that failed.
+
+        A failed model stays registered in state 'failed', so its requests get
+        UNAVAILABLE with the reason rather than NOT_FOUND."""
+        for m in models:
+            self._models[m.name] = m
+        results = await asyncio.gather(*(m.load(index_for(m)) for m in models),
+                                       return_exceptions=True)
+        return [m for m, r in zip(models, results, strict=True) if isinstance(r, BaseException)]
+
+    def replace(self, staged: dict[str, Model], removed: list[str]) -> list[Model]:
+        """Switch in ``staged`` and drop ``removed`` atomically; returns the models let go."""
+        old = [self._models[n] for n in [*removed, *staged] if n in self._models]
+        self._models.update(staged)
+        for n in removed:
+            self._models.pop(n, None)
+        return old
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [m.describe() for m in self._models.values()]
+
+    def queued(self) -> int:
+        return sum(m.depth for m in self._models.values())
+
+    async def drain(self, timeout: float) -> None:
+        await asyncio.gather(*(m.drain(timeout) for m in self._models.values()))
+
+    async def close(self) -> None:
+        for m in list(self._models.values()):
+            await m.close()
+
+
+def unknown_model(name: str, known: list[str]) -> NotFound:
+    return NotFound(f"unknown model {name!r}; this daemon serves: {', '.join(known) or 'none'}")

@@ -1,0 +1,145 @@
+"""Admission: how a request of any protocol enters a model, and is counted once.
+
+Why one module: the native room, the Frigate room and the KServe room speak different
+wire formats but must admit, limit and count requests the same way: the same batcher,
+governor and metrics as native ones (docs/architecture.md). A room parses its own format,
+then:
+
+    admission.check_size(frames)                    # over the message limit: refuse
+    ticket = admission.admit(name, received, respond, client=ident)
+    prepared = ticket.model.prepare(...)            # or prepare_frame; errors -> fail()
+    admission.submit(ticket, prepared, priority=..., timeout_ms=...)
+
+and ``respond(ticket, outcome)`` is called exactly once with a ``Result`` or an
+``EdgedError``, *after* the outcome is counted (a scrape right after a reply sees it).
+What is refused before a ticket exists is counted with ``reject``. This module is the
+one writer of ``edged_requests_total``, ``edged_request_duration_seconds``,
+``edged_queue_duration_seconds`` and ``edged_inflight_requests``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from edged.batching.queue import Result
+from edged.errors import EdgedError, ResourceExhausted, Unavailable
+from edged.model.contract import Prepared
+from edged.model.model import Model
+from edged.protocols.serving import Serving
+
+#: a room's reply callback: one call per admitted request
+Reply = Callable[["Ticket", "Result | EdgedError"], None]
+
+
+class Ticket:
+    """An admitted request: the model that took it (it survives a reload), when it
+    arrived, who sent it and how its reply goes back. ``context`` is the room's own
+    (what it learns while parsing and needs to reply); admission never reads it."""
+
+    __slots__ = ("client", "context", "done", "model", "received", "respond")
+
+    def __init__(self, model: Model, received: float, respond: Reply,
+                 client: bytes | None) -> None:
+        self.model = model
+        self.received = received
+        self.respond = respond
+        self.client = client
+        self.context: Any = None
+        self.done = False
+
+
+class Admission:
+    def __init__(self, state: Serving) -> None:
+        self.state = state
+        self._inflight: dict[bytes, int] = {}  # client -> requests admitted, not answered
+        self._ok: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+
+    def check_size(self, frames: Sequence[Any]) -> None:
+        """RESOURCE_EXHAUSTED when a message is over ``[server.limits] max_message_bytes``."""
+        limit = self.state.config.server.limits.max_message_bytes
+        size = sum(len(f) for f in frames)
+        if size > limit:
+            raise ResourceExhausted(f"message is {size} bytes; the limit is {limit}")
+
+    def admit(self, name: str, received: float, respond: Reply,
+              client: bytes | None = None) -> Ticket:
+        """A ticket for a request to model ``name``, or the EdgedError refusing it: an
+        unknown model, a daemon not serving, or ``client`` over its in-flight limit."""
+        model = self.state.registry.get(name)
+        if not self.state.serving:
+            raise Unavailable("the daemon is " + ("starting" if not self.state.ready
+                                                  else "shutting down"))
+        if client is not None:
+            n = self._inflight.get(client, 0)
+            cap = self.state.config.server.max_inflight_per_client
+            if n >= cap:
+                raise ResourceExhausted(f"this client has {n} requests in flight; the limit "
+                                        f"is {cap}")
+            self._inflight[client] = n + 1
+        self.state.metrics.inflight.inc()
+        return Ticket(model, received, respond, client)
+
+    def submit(self, ticket: Ticket, prepared: Prepared, *, priority: int = 1,
+               timeout_ms: float | None = None,
+               quiet: Callable[[], bool] | None = None) -> None:
+        """Queue ``prepared`` on the ticket's model; a refusal is answered and counted.
+        ``quiet``: nothing else waits on the request's socket (for inline compute)."""
+        deadline = ticket.received + timeout_ms / 1000.0 if timeout_ms else None
+        respond = functools.partial(self._finish, ticket)
+        offload = self.state.offload  # a remote may compute it instead (kserve.offload)
+        try:
+            if offload is None or not offload.take(ticket.model, prepared, respond,
+                                                   ticket.received, priority, deadline):
+                ticket.model.submit(prepared, respond, arrival=ticket.received,
+                                    priority=priority, deadline=deadline, quiet=quiet)
+        except EdgedError as e:
+            self._finish(ticket, e)
+
+    def fail(self, ticket: Ticket, err: EdgedError) -> None:
+        """An admitted request that failed before it was queued (e.g. while preparing)."""
+        self._finish(ticket, err)
+
+    def reject(self, err: EdgedError, model: str | None = None) -> None:
+        """Count a request refused before it had a ticket (the room sends the reply)."""
+        m = self.state.registry.find(model) if model else None
+        self.state.metrics.requests.labels(model if m is not None else "",
+                                           m.active_variant if m is not None else "",
+                                           err.status).inc()
+
+    def _finish(self, ticket: Ticket, outcome: Result | EdgedError) -> None:
+        if ticket.done:
+            return
+        ticket.done = True
+        model = ticket.model
+        if isinstance(outcome, Result):
+            requests, duration, queued = self._ok_series(model.name, outcome.variant)
+            requests.inc()
+            duration.observe(time.monotonic() - ticket.received)
+            queued.observe(outcome.queue_s)
+        else:
+            self.state.metrics.requests.labels(model.name, model.active_variant,
+                                               outcome.status).inc()
+        self._release(ticket)
+        ticket.respond(ticket, outcome)
+
+    def _release(self, ticket: Ticket) -> None:
+        if ticket.client is not None:
+            n = self._inflight.get(ticket.client, 0) - 1
+            if n > 0:
+                self._inflight[ticket.client] = n
+            else:
+                self._inflight.pop(ticket.client, None)
+        self.state.metrics.inflight.dec()
+
+    def _ok_series(self, model: str, variant: str) -> tuple[Any, Any, Any]:
+        """requests_total{status=OK}, request and queue duration: looked up once each."""
+        s = self._ok.get((model, variant))
+        if s is None:
+            m = self.state.metrics
+            s = self._ok[(model, variant)] = (m.requests.labels(model, variant, "OK"),
+                                              m.request_duration.labels(model),
+                                              m.queue_duration.labels(model))
+        return s

@@ -1,0 +1,191 @@
+"""Frigate detector endpoints: Frigate's ``zmq`` requests through edged's own model path.
+
+Why a room of its own: the protocol differs from edged's (no ids, no statuses, one
+480-byte reply), but the work must not: a Frigate frame is prepared like a native raw
+frame (``Model.prepare_frame``), admitted, queued and counted through the same
+``Admission`` as a native request, so frames of several cameras, native clients
+included, compute together under the same governor, deadline and metrics. Frigate
+gives up after ``request_timeout_ms`` and cannot read an error, so every request gets
+exactly one reply and a failure is an all-zero result plus a counted error
+(``edged_frigate_requests_total{status!="OK"}``), never silence.
+
+Management messages (the start-up handshake, a model file) are told apart by their
+header keys and answered by ``frigate_manage``; a sent model's requests are prepared
+by ``frigate_sent`` (the tensor as Frigate made it when it is the model's input).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from edged.batching.queue import Result
+from edged.config.file import Config
+from edged.config.frigate import FrigateConfig
+from edged.errors import EdgedError, StartupError
+from edged.host.runtime_dir import resolve_endpoints
+from edged.protocols import sockets
+from edged.protocols.admission import Admission, Ticket
+from edged.protocols.frigate.handshake import Handshake, ManagedEndpoint
+from edged.protocols.frigate.wire import (
+    MAX_ROWS,
+    ZEROS,
+    encode_result,
+    management_header,
+    parse_request,
+)
+from edged.protocols.serving import Listener, Loop, Serving
+from edged.protocols.sockets import send, split_envelope
+
+log = logging.getLogger("edged.frigate")
+
+
+class _Endpoint:
+    """One bound Frigate endpoint: its config and its metric series."""
+
+    def __init__(self, state: Serving, cfg: FrigateConfig, address: str,
+                 sock: zmq.asyncio.Socket, manage: ManagedEndpoint) -> None:
+        self.cfg = cfg
+        #: the handshake/transfer side of this endpoint (frigate_manage)
+        self.manage = manage
+        self.address = address
+        self.sock = sock
+        self.class_map = dict(cfg.class_map)
+        self.duration = state.metrics.frigate_duration.labels(address)
+        self._requests = state.metrics.frigate_requests
+        self._ok = self._requests.labels(address, cfg.model, "OK")
+        # Frigate asks for at most 20 rows; min_score becomes the request's conf.
+        self.options: dict[str, Any] = {"max_det": MAX_ROWS}
+        if cfg.min_score is not None:
+            self.options["conf"] = cfg.min_score
+
+    def count(self, status: str) -> None:
+        (self._ok if status == "OK" else
+         self._requests.labels(self.address, self.cfg.model, status)).inc()
+
+
+class FrigateRoom:
+    def __init__(self, serving: Serving) -> None:
+        self.state = serving
+        self.admission = Admission(serving)
+        self.manage = Handshake(serving)
+        #: [[server.frigate]] endpoints as bound: (config, address, socket)
+        self.bound: list[tuple[FrigateConfig, str, zmq.asyncio.Socket]] = []
+
+    # -- the room, as the lifecycle drives it --------------------------------------------
+
+    async def start(self, config: Config) -> None:
+        cfg = config.server
+        assert self.state.runtime_dir is not None
+        for f in cfg.frigate:
+            ep = resolve_endpoints((f.endpoint,), self.state.runtime_dir)[0]
+            if sockets.is_network(ep):
+                # Frigate's zmq detector cannot do CURVE: a network endpoint is plain text.
+                if not cfg.insecure:
+                    raise StartupError(
+                        f"frigate endpoint {ep} is reachable from the network and Frigate's "
+                        "zmq detector has no CURVE; use ipc:// or loopback, or set [server] "
+                        "insecure = true")
+                log.warning("insecure: frigate endpoint %s accepts unauthenticated clients", ep)
+            # A model file travels in one frame: read it (and answer) up to twice the limit.
+            cap = max(cfg.limits.hard_cap, 2 * f.max_model_bytes) if f.accept_models \
+                else cfg.limits.hard_cap
+            self.bound.append((f, ep, sockets.bind_router(self.state.zmq, ep, cap)))
+
+    def loops(self) -> list[Loop]:
+        return [("frigate", self.recv_loop(f, address, s)) for f, address, s in self.bound]
+
+    async def apply(self, config: Config) -> list[str]:
+        return []  # [[server.frigate]] is bound at start: a change needs a restart
+
+    def listeners(self) -> list[Listener]:
+        return [Listener("frigate", address,
+                         "the model Frigate sends" if f.accept_models else f.model)
+                for f, address, _ in self.bound]
+
+    def status(self) -> dict[str, Any]:
+        return {"frigate": {address: f.model for f, address, _ in self.bound},
+                "frigate_rungs": self.manage.sent.rungs.entries}
+
+    async def stop(self) -> None:
+        sockets.close([s for _, _, s in self.bound], [a for _, a, _ in self.bound])
+        self.bound.clear()
+
+    # -- requests ------------------------------------------------------------------------
+
+    async def recv_loop(self, cfg: FrigateConfig, address: str,
+                        sock: zmq.asyncio.Socket) -> None:
+        ep = _Endpoint(self.state, cfg, address, sock, self.manage.endpoint(cfg, address))
+        log.info("frigate endpoint %s serves model %s%s", address, cfg.model,
+                 " (the model Frigate sends)" if cfg.accept_models else "")
+        while True:
+            frames = await sock.recv_multipart(copy=False)
+            try:
+                envelope, body = split_envelope(frames)
+                header = management_header(body)
+                if header is not None:
+                    self.manage.handle(sock, ep.manage, envelope, header, body)
+                else:
+                    self.handle(ep, envelope, body)
+            except Exception:  # nothing a client sends may stop the loop
+                log.exception("unhandled error while handling a Frigate request")
+
+    def handle(self, ep: _Endpoint, envelope: list[bytes], body: list[zmq.Frame]) -> None:
+        received = time.monotonic()
+        try:
+            ticket = self.admission.admit(ep.cfg.model, received,
+                                          functools.partial(self._respond, ep, envelope))
+        except EdgedError as e:
+            self._refuse(ep, envelope, e)
+            return
+        try:
+            self.admission.check_size(body)
+            req = parse_request(body, self.state.config.server.limits.max_image_pixels)
+            if ep.manage.sent is not None:
+                prepared = self.manage.sent.prepare(ep.manage.sent, ticket.model, req,
+                                                    ep.options)
+            else:
+                prepared = ticket.model.prepare_frame(req.frame, ep.cfg.input_pixel_format,
+                                                      ep.options)
+        except EdgedError as e:
+            self.admission.fail(ticket, e)
+            return
+        except Exception as e:  # a bug still answers (zeros) and is counted once
+            log.exception("frigate %s: request failed", ep.address)
+            self.admission.fail(ticket, EdgedError(f"{type(e).__name__}: {e}"))
+            return
+        ticket.context = (req.frame.shape[1], req.frame.shape[0])  # what rows normalise to
+        self.admission.submit(ticket, prepared, priority=ep.cfg.priority,
+                              timeout_ms=ep.cfg.timeout_ms)
+
+    def _respond(self, ep: _Endpoint, envelope: list[bytes], ticket: Ticket,
+                 outcome: Result | EdgedError) -> None:
+        """The request's one 480-byte reply (``Admission`` has counted it already)."""
+        if isinstance(outcome, EdgedError):
+            self._zeros(ep, envelope, outcome)
+            return
+        assert outcome.detections is not None
+        ep.count("OK")  # counted before the reply leaves: a scrape after it sees it
+        ep.duration.observe(time.monotonic() - ticket.received)
+        w, h = ticket.context
+        self._reply(ep, envelope, encode_result(outcome.detections, w, h, 0.0, ep.class_map))
+
+    def _refuse(self, ep: _Endpoint, envelope: list[bytes], err: EdgedError) -> None:
+        """Refused before admission (unknown model, not serving): counted, all zeros."""
+        self.admission.reject(err, ep.cfg.model)
+        self._zeros(ep, envelope, err)
+
+    def _zeros(self, ep: _Endpoint, envelope: list[bytes], err: EdgedError) -> None:
+        """Frigate cannot read an error: an all-zero result, and the status counted."""
+        ep.count(err.status)
+        self._reply(ep, envelope, ZEROS)
+        log.debug("frigate %s: %s %s", ep.address, err.status, err)
+
+    def _reply(self, ep: _Endpoint, envelope: list[bytes], result: bytes) -> None:
+        self.state.answered += 1
+        send(ep.sock, envelope, [result])

@@ -1,0 +1,160 @@
+"""Builds the rungs of a model Frigate sent, in the background, and reports on them.
+
+Why a room of its own: the build is a child process
+(``edged.protocols.frigate.build_rungs``: an ONNX Runtime INT8 rung, and with OpenVINO
+installed its FP32 and INT8 rungs) at the lowest priority on one core, started once an
+endpoint's ring holds enough frames Frigate sent; this module starts it, turns its progress
+lines and its outcome (the ladder, each rung accepted, refused, skipped or left off, and
+why) into the endpoint's entry in ``edged status`` (``frigate_rungs``) and the log, and
+hands a ladder with more than the served model back to ``frigate_sent`` to be offered to the
+governor. Nothing here touches a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from edged.protocols.frigate.rungs import TOP, FrameRing, ladder_path, lowest_priority_one_core
+from edged.protocols.serving import Serving
+
+log = logging.getLogger("edged.frigate")
+
+
+def _child_env() -> dict[str, str]:
+    """The daemon's environment, with this ``edged`` importable from any folder."""
+    import edged
+
+    env = dict(os.environ)
+    root = str(Path(edged.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def outcome(record: dict[str, Any], variants: list[str] | None = None) -> dict[str, Any]:
+    """A build's record (``edged.protocols.frigate.rungs``'s ladder file) as the endpoint's status
+    entry: the state, the ladder, each rung's fate and why, and one line of it all."""
+    ladder = list(record.get("ladder") or [TOP])
+    rungs: dict[str, Any] = {}
+    off = record.get("off") or {}
+    for key, rec in (record.get("rungs") or {}).items():
+        if key in ladder:
+            fate = {"state": "on the ladder", "check": rec.get("check")}
+        elif rec.get("accepted"):
+            fate = {"state": "not on the ladder", "reason": off.get(key, "")}
+        else:
+            fate = {"state": "skipped" if rec.get("skipped") else "refused",
+                    "reason": rec.get("error")}
+        speed = rec.get("speed") or {}
+        if speed.get("latency_ms_p50") is not None:
+            fate["latency_ms_p50"] = speed["latency_ms_p50"]
+        rungs[key] = fate
+    if TOP not in ladder and TOP in off:
+        rungs[TOP] = {"state": "not on the ladder", "reason": off[TOP]}
+    parts = [" > ".join(ladder)]
+    parts += [f"{k} {f['state']}" + (f" ({f['reason']})" if f.get("reason") else "")
+              for k, f in rungs.items() if f["state"] != "on the ladder"]
+    if record.get("error"):
+        parts.append(str(record["error"]))
+    entry: dict[str, Any] = {
+        "state": "offered" if ladder != [TOP] else "refused", "ladder": ladder,
+        "rungs": rungs, "build_s": record.get("build_s"), "progress": "; ".join(parts)[:600]}
+    if variants is not None:
+        entry["variants"] = variants
+    if entry["state"] == "refused":
+        entry["error"] = entry["progress"]
+    return entry
+
+
+class RungBuilds:
+    def __init__(self, state: Serving) -> None:
+        self.state = state
+        #: each endpoint's rung build as ``edged status`` shows it (``frigate_rungs``)
+        self.entries: dict[str, dict[str, Any]] = {}
+
+    def status(self, address: str, **entry: Any) -> None:
+        self.entries[address] = {**self.entries.get(address, {}), **entry,
+                                 "at": round(time.time(), 1)}
+
+    def restored(self, address: str, served: Path, variants: list[str]) -> None:
+        """A model whose rungs were built before (a restart, a re-served model): its
+        status entry from the stored record, no build (blocking: reads a file)."""
+        try:
+            record = json.loads(ladder_path(served).read_text())
+        except (OSError, ValueError):
+            record = {"ladder": [TOP, "int8"] if len(variants) > 1 else [TOP]}
+        self.status(address, model=served.name, **outcome(record, variants))
+
+    async def build(self, address: str, served: Path, model_type: str, color: str,
+                    ring: FrameRing, offer: Callable[[], Awaitable[str | None]]) -> None:
+        """Build, check and time the rungs of ``served`` from ``ring``; ``offer`` the
+        ladder when it has more than the served model."""
+        self.status(address, state="building", model=served.name, frames=len(ring),
+                    error=None)
+        log.info("frigate %s: building rungs (INT8, and OpenVINO's when it is installed) "
+                 "for %s from %d frames Frigate sent (background, nice 19, one core)",
+                 address, served.name, len(ring))
+        with tempfile.TemporaryDirectory(prefix="edged-rung-") as tmp:
+            frames = Path(tmp) / "frames.npz"
+            await asyncio.to_thread(ring.save, frames)
+            record = await self._run(address, served, frames, model_type, color, Path(tmp))
+        entry = outcome(record)
+        for key, fate in entry["rungs"].items():
+            if fate["state"] == "on the ladder":
+                log.info("frigate %s: rung %s accepted (%s)", address, key, fate.get("check"))
+            else:
+                log.warning("frigate %s: rung %s %s: %s", address, key, fate["state"],
+                            fate.get("reason"))
+        if entry["state"] != "offered":
+            self.status(address, **entry)
+            log.warning("frigate %s: no rung offered: %s", address, entry["progress"])
+            return
+        err = await offer()
+        if err:
+            self.status(address, **{**entry, "state": "failed", "error": err})
+            log.error("frigate %s: rungs built but not offered: %s", address, err)
+            return
+        self.status(address, **entry)
+        log.info("frigate %s: ladder %s offered to the governor", address,
+                 " > ".join(entry["ladder"]))
+
+    async def _run(self, address: str, served: Path, frames: Path, model_type: str,
+                   color: str, cwd: Path) -> dict[str, Any]:
+        """The child runs in ``cwd`` (a temporary folder): ONNX Runtime's quantizer leaves
+        files in its working directory."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "edged.protocols.frigate.build_rungs", str(served), str(frames),
+            "--model-type", model_type, "--color", color, "--low-priority",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(cwd),
+            env=_child_env())
+        lowest_priority_one_core(proc.pid)  # from its start, not after its imports
+        last = ""
+        try:
+            assert proc.stdout is not None
+            async for raw in proc.stdout:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line:
+                    continue
+                last = line
+                if not line.startswith("{"):
+                    self.status(address, progress=line[:200])
+                    log.info("frigate %s: rungs: %s", address, line[:200])
+            await proc.wait()
+        except asyncio.CancelledError:  # the daemon stops: so does the build
+            proc.kill()
+            await proc.wait()
+            raise
+        try:
+            record = json.loads(last)
+        except ValueError:
+            record = {"ladder": [TOP], "error": f"the build exited {proc.returncode}: "
+                      f"{last[:300]}"}
+        return record if isinstance(record, dict) else {"ladder": [TOP], "error": last}

@@ -1,0 +1,41 @@
+"""The package's layers, as docs/architecture.md draws them, checked by import-linter.
+
+The contracts are in pyproject.toml (``[tool.importlinter]``): each package imports only
+from the layers below it, the protocols not from each other, the runtimes never from the
+compiler, the test harness from nothing that ships in the daemon, and no package has an
+import cycle between its modules.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from support.paths import ROOT
+
+
+def test_every_import_linter_contract_is_kept() -> None:
+    exe = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
+    r = subprocess.run([exe, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 broken" in r.stdout
+
+
+def test_the_package_root_holds_only_its_entry_points_errors_and_metrics() -> None:
+    root = ROOT / "edged"
+    modules = sorted(p.name for p in root.glob("*.py"))
+    assert modules == ["__init__.py", "__main__.py", "errors.py", "metrics.py"], modules
+    for d in root.iterdir():
+        if d.is_dir() and d.name != "__pycache__":
+            assert (d / "__init__.py").exists(), f"{d} is not a package"
+
+
+def test_every_detector_layout_has_one_decoder() -> None:
+    from edged.config.layouts import FRIGATE_TYPES, LAYOUTS
+    from edged.detect.decoders import DECODE
+
+    assert set(DECODE) == set(LAYOUTS)
+    assert {t.layout for t in FRIGATE_TYPES.values()} <= set(LAYOUTS)
