@@ -78,6 +78,9 @@ class Router:
         """Queue a reply without waiting; a failure is logged, never raised."""
         msg = [*envelope, *frames]
         if self._pending or not self._send(msg):
+            if not self._pending:
+                log.debug("router %s: a client is past its high-water mark; its replies "
+                          "wait in order", self.endpoint)
             self._pending.append(msg)
         self._look()
 
