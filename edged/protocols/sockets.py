@@ -43,6 +43,15 @@ def is_network(endpoint: str) -> bool:
 
 #: messages read in one callback before the loop runs anything else (then it comes back)
 BURST = 64
+#: a frame smaller than this is copied into its message (cheaper than zero-copy's
+#: bookkeeping, pyzmq's own default threshold); a larger one is sent without a copy
+COPY_BELOW = 1 << 16
+# pyzmq's flags are enum members; arithmetic on them costs microseconds per message,
+# on plain ints a fraction of one
+_NOBLOCK = int(zmq.NOBLOCK)
+_MORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
+_POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)
 
 
 class Router:
@@ -72,7 +81,7 @@ class Router:
 
     def waiting(self) -> bool:
         """A message waits to be read (asked by a batcher that may compute inline)."""
-        return bool(self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+        return bool(self.sock.getsockopt(zmq.EVENTS) & _POLLIN)
 
     def send(self, envelope: list[bytes], frames: list[Any]) -> None:
         """Queue a reply without waiting; a failure is logged, never raised."""
@@ -85,9 +94,16 @@ class Router:
         self._look()
 
     def _send(self, msg: list[Any]) -> bool:
-        """Sent (or failed for good, logged); False: the socket cannot take it now."""
+        """Sent (or failed for good, logged); False: the socket cannot take it now.
+
+        Frame by frame, as ``send_multipart`` does, without its per-frame checks: only
+        the first frame can meet the high-water mark (libzmq counts whole messages)."""
+        send = self.sock.send
         try:
-            self.sock.send_multipart(msg, zmq.NOBLOCK, copy=False)
+            last = len(msg) - 1
+            for i, part in enumerate(msg):
+                big = getattr(part, "nbytes", 0) >= COPY_BELOW
+                send(part, _NOBLOCK if i == last else _MORE_NOBLOCK, copy=not big)
         except zmq.Again:
             return False
         except zmq.ZMQError as e:
@@ -106,12 +122,16 @@ class Router:
         try:
             for _ in range(BURST):
                 events = sock.getsockopt(zmq.EVENTS)
-                if self._pending and events & zmq.POLLOUT:
+                if self._pending and events & _POLLOUT:
                     while self._pending and self._send(self._pending[0]):
                         self._pending.popleft()
-                if not events & zmq.POLLIN:
+                if not events & _POLLIN:
                     return
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frame = sock.recv(_NOBLOCK, copy=False)
+                frames = [frame]
+                while frame.more:  # the rest of a message has arrived with its first frame
+                    frame = sock.recv(0, copy=False)
+                    frames.append(frame)
                 try:
                     self.on_message(self, frames)
                 except Exception:  # nothing a client sends may stop the loop
