@@ -10,19 +10,24 @@ from edged.cli.common import DEFAULT_CONFIG
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("serve", help="run the daemon")
-    s.add_argument("--config", "-c", default=DEFAULT_CONFIG)
+    s.add_argument("--config", "-c", default=DEFAULT_CONFIG, metavar="FILE",
+                   help=f"the config file (default {DEFAULT_CONFIG})")
     s.add_argument("--endpoint", action="append", dest="endpoints", metavar="ENDPOINT",
                    help="inference endpoint (repeatable; replaces [server] endpoints)")
     s.add_argument("--metrics", metavar="HOST:PORT", help="metrics listen address, or 'off'")
-    s.add_argument("--runtime-dir", help="directory for ipc:// sockets")
-    s.add_argument("--control", help="control endpoint (ipc://...)")
-    s.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    s.add_argument("--runtime-dir", metavar="DIR",
+                   help="directory for relative ipc:// sockets (replaces [server] runtime_dir)")
+    s.add_argument("--control", metavar="ipc://PATH",
+                   help="control socket (replaces [server] control)")
+    s.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                   help="replaces [server] log_level")
 
-    c = sub.add_parser("check", help="validate a config and load every artifact")
-    c.add_argument("config", nargs="?", default=DEFAULT_CONFIG)
+    c = sub.add_parser("check", help="validate a config and load every model file")
+    c.add_argument("config", nargs="?", default=DEFAULT_CONFIG,
+                   help=f"the config file (default {DEFAULT_CONFIG})")
     c.add_argument("--verify", action="store_true",
                    help="also check every variant against the model's reference on this "
-                        "device, as a swap would, and print each measure (edged.device.go_live)")
+                        "device, as a swap would, and print each measure")
     c.add_argument("--json", action="store_true", help="with --verify: machine-readable")
 
 
