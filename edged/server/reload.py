@@ -165,6 +165,7 @@ class Reloader:
             if errors:
                 for m in staged.values():
                     await m.close()
+                self._show_live([mc.name for mc in [*plan.added, *changed]])
                 return self._failed(errors)
             let_go = st.registry.replace(staged, plan.removed)  # atomic switch
             st.config = new
@@ -203,6 +204,15 @@ class Reloader:
                 await m.close()
             staged = {}
         return staged, errors
+
+    def _show_live(self, names: Any) -> None:
+        """The metrics say the serving variants again: a staged model that was then
+        refused had set its own as active."""
+        for name in names:
+            m = self.state.registry.find(name)
+            a = m.live.loaded if m is not None else None
+            if a is not None:
+                self.state.metrics.set_active(name, a.config.name, a.config.backend, a.digest)
 
     def _failed(self, problems: list[str]) -> dict[str, Any]:
         st = self.state
