@@ -51,6 +51,8 @@ EXPECT = {
     ("README.md", "metrics"): ["edged_requests_total"],
     ("operations.md", "edged status"): ["LISTENER", "digits", "person"],
     ("kserve.md", "curl"): ['"logits"'],
+    ("compile.md", "ctl level hot"): ["level hot (pinned by operator", "[cnn-int8]",
+                                      "below its top rung: governor level hot"],
 }
 
 

@@ -30,8 +30,9 @@ from edged.server.state import ServerState
 
 log = logging.getLogger("edged.server")
 
-#: how long ``edged ctl level`` waits for the governor's step that applies the pin
-LEVEL_APPLIED_WAIT_S = 3.0
+#: how long ``edged ctl level`` waits for the governor's step that applies the pin and the
+#: swaps it starts
+LEVEL_APPLIED_WAIT_S = 15.0
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -124,11 +125,15 @@ class Control:
         """Pin (or release) a level and answer with the governor's state once its next step
         applied it, so the reply's ``level`` is the one now in force (it used to read the
         old level for up to ``interval_s``)."""
+        loop = asyncio.get_running_loop()
         before = self.governing.steps
         snapshot = self.governing.pin_level(msg.get("level"))
-        end = asyncio.get_running_loop().time() + LEVEL_APPLIED_WAIT_S
-        while self.governing.steps == before and asyncio.get_running_loop().time() < end:
+        end = loop.time() + LEVEL_APPLIED_WAIT_S
+        while self.governing.steps == before and loop.time() < end:
             await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)  # the swaps the step started are under way
+        while any(m.swapping for m in self.state.registry) and loop.time() < end:
+            await asyncio.sleep(0.05)  # answer once the models are on their new rungs
         return {"governor": self.governing.summary() or snapshot}
 
     async def _unload(self, msg: dict[str, Any]) -> dict[str, Any]:
