@@ -113,6 +113,15 @@ def test_two_daemons_are_never_guessed_between(pair: dict[str, Any]) -> None:
         assert "Traceback" not in r.stderr
 
 
+def test_bench_finds_its_daemon_the_same_way(pair: dict[str, Any]) -> None:
+    r = edged(pair["tmp"], "bench", "--model", "digits", "--duration", "0.5")
+    assert r.returncode == 2 and "2 daemons are running" in r.stderr, r.stderr
+    assert "--endpoint ENDPOINT" in r.stderr
+    r = edged(pair["tmp"], "bench", "--model", "digits", "--duration", "0.5",
+              env={"EDGED_ENDPOINT": pair["b"].tcp})
+    assert r.returncode == 0 and "talking to" not in r.stderr, r.stderr
+
+
 def test_the_config_picks_one_and_every_command_reaches_the_same_daemon(
         pair: dict[str, Any]) -> None:
     tmp, a = pair["tmp"], pair["a"]

@@ -42,8 +42,9 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "bench", help="load a running daemon and report throughput and latency",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--endpoint", default="tcp://127.0.0.1:5555",
-                   help="the daemon's inference endpoint (default tcp://127.0.0.1:5555)")
+    p.add_argument("--endpoint", default=None,
+                   help="the daemon's inference endpoint (default: $EDGED_ENDPOINT, else found "
+                        "as every edged command finds its daemon, said when guessed)")
     p.add_argument("--model", help="the model to load (required unless a subcommand is "
                    "given)")
     p.add_argument("--clients", type=int, default=None,
@@ -117,6 +118,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.clients is None:
         args.clients = 8 if args.floor else 1
+    if args.endpoint is None:
+        from edged.client.discover import Ambiguous, NotFound, find_endpoint
+
+        try:
+            found = find_endpoint(control=args.control)
+        except (Ambiguous, NotFound) as e:
+            print(f"edged bench: {e}".replace("--control ipc://PATH", "--endpoint ENDPOINT"),
+                  file=sys.stderr)
+            return 2
+        args.endpoint = found.address
+        if found.guessed:
+            print(f"edged bench: talking to {found.address} ({found.how}; --endpoint picks "
+                  "another)", file=sys.stderr)
     if args.protocol != "native" and (args.kserve is None or args.transport != "socket"
                                       or args.input == "image"):
         print(f"edged bench: --protocol {args.protocol} needs --kserve HOST:PORT and raw "
