@@ -316,7 +316,57 @@ def render(entries: list[dict[str, Any]], relative_to: Path,
     return "\n".join(lines)
 
 
+def bring_in(path: Path, out_dir: Path) -> Path:
+    """``path`` inside ``out_dir``: itself when it is there already, else a copy named as
+    the file (the source model, the ladder's top rung, so the folder holds every rung it
+    names). A copy, not a hard link: a served file replaced in place in the output folder
+    must not rewrite the original. A different file of that name is replaced."""
+    import shutil
+
+    path = Path(path)
+    if path.resolve().parent == out_dir.resolve():
+        return path
+    dest = out_dir / path.name
+    if dest.exists() and dest.stat().st_size == path.stat().st_size and \
+            dest.read_bytes() == path.read_bytes():
+        return dest
+    tmp = dest.with_name(dest.name + ".part")
+    tmp.unlink(missing_ok=True)
+    shutil.copy2(path, tmp)
+    os.replace(tmp, dest)
+    return dest
+
+
 def write(out_dir: Path, relative_to: Path, confirm: Confirm | None = None) -> Path:
+    """``out_dir/variants.toml``; see :func:`write_with_text`."""
+    return write_with_text(out_dir, relative_to, confirm)[0]
+
+
+def write_with_text(out_dir: Path, relative_to: Path, confirm: Confirm | None = None,
+                    ) -> tuple[Path, str]:
+    """``out_dir/variants.toml`` (paths relative to ``relative_to``), with the source model
+    brought into ``out_dir``: its path, and the ladder's text with paths relative to
+    ``out_dir`` (what ``out_dir/edged.toml`` holds)."""
+    entries = collect(out_dir)
+    for e in entries:
+        if e.get("_source"):
+            e["_artifact"] = bring_in(e["_artifact"], out_dir)
+    in_dir = render(entries, out_dir, confirm)
     out = out_dir / "variants.toml"
-    out.write_text(render(collect(out_dir), relative_to, confirm))
-    return out
+    same = relative_to.resolve() == out_dir.resolve()
+    out.write_text(in_dir if same else rebase(in_dir, out_dir, relative_to))
+    return out, in_dir
+
+
+def rebase(text: str, frm: Path, to: Path) -> str:
+    """``path = "X"`` lines (commented or not) of a ladder written relative to ``frm``,
+    made relative to ``to``; the header says so."""
+    import re
+
+    def one(m: re.Match[str]) -> str:
+        new = os.path.relpath((frm / json.loads(m.group(2))).resolve(), to.resolve())
+        return f"{m.group(1)}{json.dumps(new)}"
+
+    text = re.sub(r'(?m)^((?:# )?path = )(".*")$', one, text)
+    return text.replace(f"# Paths are relative to {frm.resolve()}",
+                        f"# Paths are relative to {to.resolve()}")

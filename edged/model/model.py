@@ -271,6 +271,8 @@ class Model:
             "variants": self.variant_names,
             "active_variant": a.config.name if a else None,
             "backend": a.config.backend if a else None,
+            "path": str(a.config.path) if a else None,
+            "digest": a.digest if a else None,  # sha256 of the live artifact's bytes
             "device": a.backend.info.device if a else None,
             "runtime": a.backend.info.details if a else None,  # version, threads, ...
             "max_batch_size": self.cfg.max_batch_size,

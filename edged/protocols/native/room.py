@@ -89,7 +89,7 @@ class NativeRoom:
         return []
 
     def listeners(self) -> list[Listener]:
-        return [Listener("native", e) for e in self.endpoints]
+        return [Listener("native", e, "every model") for e in self.endpoints]
 
     def status(self) -> dict[str, Any]:
         return {"endpoints": self.endpoints}
