@@ -54,6 +54,8 @@ def format_status(r: dict[str, Any]) -> str:
         load = m.get("overload") or {}
         if load.get("asks"):
             lines.append(f"  load asks for {load['asks']}: {load['reason']}")
+    for p in r.get("pipelines") or []:
+        lines.extend(_format_pipeline(p))
     g = r.get("governor")
     lines.append("")
     if not g:
@@ -63,6 +65,41 @@ def format_status(r: dict[str, Any]) -> str:
     if r.get("last_reload"):
         lines.append(f"last reload: {json.dumps(r['last_reload'])}")
     return "\n".join(lines)
+
+
+def _ladder(m: dict[str, Any]) -> str:
+    return " > ".join(f"[{v}]" if v == m.get("active_variant") else v
+                      for v in m.get("variants") or []) or "-"
+
+
+def _format_pipeline(p: dict[str, Any]) -> list[str]:
+    """A pipeline: its state, each member with its variants (the active one bracketed),
+    and where the governor or the load has put it on its step-down plan."""
+    p50 = "-" if p.get("p50_ms") is None else f"{p['p50_ms']:.2f}"
+    p99 = "-" if p.get("p99_ms") is None else f"{p['p99_ms']:.2f}"
+    det = p["detector"]
+    out = ["", f"PIPELINE {p['name']}  {p['state']}  served {p.get('served', 0)}  "
+               f"p50 {p50} ms  p99 {p99} ms"]
+    if p.get("error"):
+        out.append(f"  error: {p['error']}")
+    out.append(f"  detector  {det['model']:<14}{det['state']:<9}{_ladder(det)}")
+    for s in p.get("stages") or []:
+        how = "optional" if s.get("optional") else "required"
+        extra = f", reused {s['reinfer_interval']} frames" if s.get("reinfer_interval") else ""
+        state = "shed" if s.get("shed") else s["state"]
+        out.append(f"  stage {s['name']:<4}{s['model']:<14}{state:<9}{_ladder(s)}  "
+                   f"({how}, K={s['max_crops']}{extra})")
+        if s.get("error"):
+            out.append(f"    error: {s['error']}")
+    sd = p.get("step_down") or {}
+    where = f"position {sd.get('position', 0)}/{len(sd.get('positions') or [1]) - 1}: " \
+            f"{sd.get('at')}"
+    out.append(f"  step-down order: {', '.join(sd.get('order') or [])}; {where}"
+               + (f" ({sd['reason']})" if sd.get("reason") else ""))
+    load = p.get("overload") or {}
+    if load.get("asks"):
+        out.append(f"  load asks for {load['asks']}: {load['reason']}")
+    return out
 
 
 def _openvino_line(rt: dict[str, Any]) -> str:

@@ -106,7 +106,8 @@ class Control:
         return self.health.status()
 
     async def _models(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"models": self.state.registry.describe()}
+        return {"models": self.state.registry.describe(),
+                "pipelines": self.state.registry.describe_pipelines()}
 
     async def _reload_op(self, msg: dict[str, Any]) -> dict[str, Any]:
         res = await self._reload()
