@@ -121,7 +121,18 @@ def measure() -> dict[str, float | int | str]:
 
 
 def section(r: dict[str, float | int | str]) -> str:
+    from edged.config.file import load_config
+
+    stage = load_config(CONFIG).pipelines[0].stages[0]
     pct = lambda v: f"{100 * float(v):.1f}"  # noqa: E731
+    read = (f"the {r['read_boxes']} boxes the stage reads (score >= {stage.min_score:g}, "
+            f"at most {stage.max_crops} a frame)")
+    rows = [("the detector alone", "every box down to conf 0.001 (the model card's figure)",
+             "the detector's", pct(r["map_detector_all"])),
+            ("the detector alone", read, "the detector's", pct(r["map_detector_read"])),
+            ("**the pipeline**", f"the same {r['read_boxes']} boxes",
+             "**the digits classifier's**", f"**{pct(r['map_pipeline'])}**")]
+    table = "\n".join(f"| {' | '.join(row)} |" for row in rows)
     return f"""{BEGIN}
 
 Measured by `scripts/docs/pipeline_accuracy.py` through the daemon on
@@ -131,9 +142,7 @@ Measured by `scripts/docs/pipeline_accuracy.py` through the daemon on
 
 | what | boxes | class of each box | mAP@0.5 % |
 |---|---|---|---|
-| the detector alone | every box down to conf 0.001 (the model card's figure) | the detector's | {pct(r['map_detector_all'])} |
-| the detector alone | the {r['read_boxes']} boxes the stage reads (score >= 0.25, at most 16 a frame) | the detector's | {pct(r['map_detector_read'])} |
-| **the pipeline** | the same {r['read_boxes']} boxes | **the digits classifier's** | **{pct(r['map_pipeline'])}** |
+{table}
 
 Of the {r['matched']} held-out digits a read box finds (IoU >= 0.5), the detector's class is
 right for {pct(r['acc_detector'])} % and the classifier's label for {pct(r['acc_stage'])} %.
