@@ -324,16 +324,17 @@ class _Run:
                                         "carried": 0, "batches": []}
         table[:, 3 * j + 2] = NOT_SELECTED
         rows = select(dets, stage)
+        model = pipe._models(stage.model)
+        if model is not None:
+            info["variant"] = model.active_variant or None
         reason = pipe.shed.get(stage.name)
         if reason is not None:
             table[rows, 3 * j + 2] = SHED
             info.update(status="shed", reason=reason)
             return
-        model = pipe._models(stage.model)
         if model is None:
             self._fail(j, rows, Unavailable(f"model {stage.model!r} is not served"))
             return
-        info["variant"] = model.active_variant or None
         if not rows.size:
             return
         if not model.ready:
