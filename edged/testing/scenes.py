@@ -100,3 +100,22 @@ def moving_clip(frames: int = 30, label: int = 6, width: int = 640, height: int 
         _paste(thumb, patch, 4 + dx * f, (thumb.shape[0] - side) // 2, side)
         out.append(_frame(thumb, width, height))
     return out
+
+
+def moving_digits(frames: int = 30, labels: tuple[int, ...] = (0, 3, 5, 7, 9),
+                  width: int = 1280, height: int = 720, dx: int = 1) -> list[np.ndarray]:
+    """A camera clip: ``frames`` frames of up to 5 held-out digits in two rows (three
+    over two), all moving ``dx`` thumbnail pixels a frame to the right."""
+    if len(labels) > 5:
+        raise ValueError("at most 5 digits fit in the clip's two rows")
+    patches_ = [digit(lab) for lab in labels]
+    out = []
+    for f in range(frames):
+        thumb = _wall(width, height)
+        rows = max(1, thumb.shape[0] // 2)
+        for k, p in enumerate(patches_):
+            row, col = divmod(k, 3)
+            _paste(thumb, p, 4 + col * (SIDE + 4) + dx * f,
+                   (rows - SIDE) // 2 + row * rows, SIDE)
+        out.append(_frame(thumb, width, height))
+    return out
