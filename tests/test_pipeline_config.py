@@ -216,3 +216,15 @@ def test_a_required_stage_is_stepped_down_but_never_shed(tmp_path: Path) -> None
     ladders = {m.name: [v.name for v in m.variants] for m in cfg.models}
     plan = StepPlan(cfg.pipelines[0], ladders)
     assert "digit: shed" not in plan.names and not plan.at(len(plan)).shed
+
+
+def test_a_large_crop_is_shrunk_to_twice_the_stage_input_first() -> None:
+    frame = np.zeros((720, 1280, 3), np.uint8)
+    frame[100:340, 200:440] = 200  # a 240 x 240 box
+    box = np.array([200, 100, 440, 340], np.float32)
+    assert cut(frame, box, StageConfig("s", "m")).shape == (240, 240, 3)
+    small = cut(frame, box, StageConfig("s", "m"), fit=(28, 28))
+    assert small.shape == (56, 56, 3) and small.min() == 200
+    wide = cut(frame, np.array([0, 0, 600, 100], np.float32), StageConfig("s", "m"), (28, 28))
+    assert wide.shape == (56, 336, 3)  # the aspect is kept; the model's resize stretches
+    assert cut(frame, box, StageConfig("s", "m"), fit=(224, 224)).shape == (240, 240, 3)

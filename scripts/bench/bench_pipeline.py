@@ -85,7 +85,7 @@ def by_hand(config: Path) -> Way:
         picked = select(rows, stage)
         if not picked.size:
             return []
-        crops = [cut(frame, rows[r], stage) for r in picked]
+        crops = [cut(frame, rows[r], stage, (pre.cfg.width, pre.cfg.height)) for r in picked]
         batch = np.concatenate([pre.from_frame(x, source_color="bgr") for x in crops])
         logits = c.infer(CLASSIFIER, batch).outputs["logits"]
         return read_scores(logits, stage.activation)[0].tolist()

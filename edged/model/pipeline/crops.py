@@ -9,6 +9,7 @@ and the tests. What the stage model needs next (colour, size, scale, layout) is 
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 
 from edged.config.pipelines import StageConfig
@@ -45,11 +46,22 @@ def crop_window(box: np.ndarray, stage: StageConfig, width: int,
     return a, b, c, d
 
 
-def cut(frame: np.ndarray, box: np.ndarray, stage: StageConfig) -> np.ndarray:
-    """The crop of ``box`` from ``frame`` (uint8 HxW or HxWxC), as the stage asks."""
+def cut(frame: np.ndarray, box: np.ndarray, stage: StageConfig,
+        fit: tuple[int, int] | None = None) -> np.ndarray:
+    """The crop of ``box`` from ``frame`` (uint8 HxW or HxWxC), as the stage asks.
+
+    ``fit``: the stage model's input (width, height). A crop more than twice that size
+    each way is first shrunk (area interpolation, aspect kept) to twice it: the model's
+    own resize then starts from an image without aliasing, and ``contrast`` works on a
+    few thousand pixels instead of a camera crop's tens of thousands."""
     h, w = frame.shape[:2]
     a, b, c, d = crop_window(box, stage, w, h)
     crop = frame[b:d, a:c]
+    if fit is not None:
+        scale = max(2 * fit[0] / crop.shape[1], 2 * fit[1] / crop.shape[0])
+        if scale < 1:
+            size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
+            crop = cv2.resize(crop, size, interpolation=cv2.INTER_AREA)
     if stage.contrast == "border":
         return border_contrast(crop)
     return np.ascontiguousarray(crop)

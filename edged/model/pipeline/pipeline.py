@@ -349,7 +349,9 @@ class _Run:
         info["crops"] = int(todo.size)
         frame = self.prepared.frame
         assert frame is not None
-        crops = [cut(frame, dets[r], stage) for r in todo]
+        pre = model.cfg.preprocess
+        fit = (pre.width, pre.height) if pre is not None else None
+        crops = [cut(frame, dets[r], stage, fit) for r in todo]
         step = model.cfg.max_batch_size
         for k in range(0, len(todo), step):
             chunk = todo[k:k + step]
