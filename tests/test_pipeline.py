@@ -202,6 +202,8 @@ def test_bad_requests_to_a_pipeline_get_specific_errors(pd: Daemon) -> None:
             c.infer(READER, np.zeros((1, 3, 160, 160), np.float32))
         with pytest.raises(InvalidArgument, match="conf"):
             c.infer(READER, camera_frame(), conf=2.0)
+        with pytest.raises(InvalidArgument, match="has no input 'input'"):
+            c.infer(READER, {"input": camera_frame()})
         with pytest.raises(InvalidArgument, match="unknown output"):
             c.infer(READER, camera_frame(), outputs=["nope"])
         r = c.infer("digits-det", camera_frame())  # the members still answer on their own

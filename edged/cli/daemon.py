@@ -92,5 +92,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     if problems:
         print(f"{problems} artifact(s) failed to load")
         return 1
-    print(f"{args.config}: OK ({len(cfg.models)} model(s))")
+    piped = f", {len(cfg.pipelines)} pipeline(s)" if cfg.pipelines else ""
+    print(f"{args.config}: OK ({len(cfg.models)} model(s){piped})")
     return 0

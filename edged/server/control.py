@@ -129,6 +129,9 @@ class Control:
     async def _load_op(self, msg: dict[str, Any]) -> dict[str, Any]:
         name = _str_arg(msg, "model")
         mc = self.state.config.model(name)
+        if mc is None and self.state.config.pipeline(name) is not None:
+            raise InvalidArgument(f"{name!r} is a pipeline: it serves while its models do; "
+                                  "load those")
         if mc is None:
             raise NotFound(f"model {name!r} is not in {self.state.config.file}; add it there "
                            "and run `edged ctl reload`")

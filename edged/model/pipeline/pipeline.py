@@ -181,6 +181,10 @@ class Pipeline:
             raise InvalidArgument(f"pipeline {self.name!r} takes one image; got "
                                   f"{len(req.inputs)} inputs")
         meta = req.inputs[0]
+        names = [s.name for s in det.inputs]
+        if meta.name is not None and meta.name not in names:
+            raise InvalidArgument(f"inputs[0]: pipeline {self.name!r} has no input "
+                                  f"{meta.name!r}; its detector's is {', '.join(names)}")
         limits = det.limits
         pre = det.cfg.preprocess
         assert pre is not None  # a detector has one (config)
@@ -314,8 +318,9 @@ class _Run:
                 self._start(j, stage)
             except Exception as e:  # a bug in one stage must not lose the boxes
                 log.exception("pipeline %s: stage %s failed to start", pipe.name, stage.name)
-                self._fail(j, np.flatnonzero(self.table[:, 3 * j + 2] == NOT_SELECTED),
-                           EdgedError(f"{type(e).__name__}: {e}"))
+                rows = select(dets, stage)
+                unanswered = rows[self.table[rows, 3 * j + 2] == NOT_SELECTED]
+                self._fail(j, unanswered, EdgedError(f"{type(e).__name__}: {e}"))
         self._one_done()
 
     def _start(self, j: int, stage: StageConfig) -> None:
@@ -359,6 +364,11 @@ class _Run:
                 prepared = _stage_request(model, crops[k:k + step], self.prepared.color, stage)
             except EdgedError as e:
                 self._fail(j, chunk, e)
+                continue
+            except Exception as e:  # e.g. OpenCV refusing a crop: those boxes failed
+                self._fail(j, chunk, EdgedError(f"preprocessing the crops for model "
+                                                f"{stage.model!r} failed: "
+                                                f"{type(e).__name__}: {e}"))
                 continue
             self.pending += 1
             try:
