@@ -9,14 +9,18 @@ one whose governor is pinned to levels by hand.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from support.daemons import Daemon, free_port, metric, metrics
 from support.faults import make_batch_collapsing_model
+from support.paths import ROOT
 from support.pipelines import held_out, labels_param, pipeline_config, states
 from support.sysfs import make_thermal_zone
 from support.waits import wait_until
@@ -242,8 +246,9 @@ def test_models_op_and_status_show_the_pipeline_with_its_members(pd: Daemon) -> 
     assert p["stages"][0]["variants"] == ["cnn-fp32", "cnn-int8", "small-fp32"]
     text = format_status(status)
     assert f"PIPELINE {READER}  ready" in text
-    assert "detector  digits-det    ready    [det-fp32] > det-int8 > det128-fp32" in text
-    assert "stage digit" in text and "[cnn-fp32] > cnn-int8 > small-fp32" in text
+    assert "  detector        digits-det    ready    [det-fp32] > det-int8 > det128-fp32" in text
+    assert ("  stage digit     digits        ready    [cnn-fp32] > cnn-int8 > small-fp32  "
+            "(optional, K=16, reused 10 frames)") in text
     assert "step-down order: digit, detector; position 0/5: all heaviest" in text
     m = metrics(pd)
     assert metric(m, "edged_pipeline_boxes_total", pipeline=READER, stage="digit",
@@ -449,7 +454,8 @@ def test_the_governor_steps_and_sheds_the_stage_before_the_detector(gd: Daemon) 
         if level == "hot":
             assert d.stages["digit"]["reason"].startswith("governor level hot")
             text = format_status(gd.ctl({"op": "status"}))
-            assert "stage digit" in text and "shed" in text
+            assert "  stage digit     digits        shed     cnn-fp32 > cnn-int8 > [small-fp32]" \
+                in text
             assert "position 3/5: digit: shed" in text
     assert steps == [("warm", ["fresh"] * 3, "cnn-int8"), ("hot", ["shed"] * 3, "small-fp32"),
                      ("severe", ["shed"] * 3, "small-fp32")]
@@ -457,3 +463,16 @@ def test_the_governor_steps_and_sheds_the_stage_before_the_detector(gd: Daemon) 
     wait_until(lambda: variants(gd) == ("det-fp32", "cnn-fp32"), timeout=30,
                what="back to the heaviest rungs")
     assert states(read(), "digit") == ["fresh"] * 3
+
+
+def test_edged_infer_prints_each_box_with_its_stage_label(pd: Daemon, tmp_path: Path) -> None:
+    scene = ROOT / "models" / "digits-det" / "samples" / "scene010_5digits.png"
+    r = subprocess.run([sys.executable, "-m", "edged", "infer", READER, str(scene),
+                        "--endpoint", pd.tcp, "--draw", str(tmp_path / "out.jpg")],
+                       capture_output=True, text=True, timeout=60, cwd=str(ROOT))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["label", "score", "x1", "y1", "x2", "y2", "digit"]
+    rows = [ln.split() for ln in lines[2:7]]
+    assert all(row[0] == row[-1] for row in rows), r.stdout  # the samples read as detected
+    assert (tmp_path / "out.jpg").exists()

@@ -82,12 +82,12 @@ def _format_pipeline(p: dict[str, Any]) -> list[str]:
                f"p50 {p50} ms  p99 {p99} ms"]
     if p.get("error"):
         out.append(f"  error: {p['error']}")
-    out.append(f"  detector  {det['model']:<14}{det['state']:<9}{_ladder(det)}")
+    out.append(f"  {'detector':<16}{det['model']:<14}{det['state']:<9}{_ladder(det)}")
     for s in p.get("stages") or []:
         how = "optional" if s.get("optional") else "required"
         extra = f", reused {s['reinfer_interval']} frames" if s.get("reinfer_interval") else ""
         state = "shed" if s.get("shed") else s["state"]
-        out.append(f"  stage {s['name']:<4}{s['model']:<14}{state:<9}{_ladder(s)}  "
+        out.append(f"  {'stage ' + s['name']:<16}{s['model']:<14}{state:<9}{_ladder(s)}  "
                    f"({how}, K={s['max_crops']}{extra})")
         if s.get("error"):
             out.append(f"    error: {s['error']}")
