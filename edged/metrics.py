@@ -128,6 +128,10 @@ class Metrics:
         self.streams_tracked = Gauge(
             "edged_streams", "Stream ids the model currently remembers (bounded)", ["model"],
             registry=r)
+        self.pipeline_boxes = Counter(
+            "edged_pipeline_boxes", "Boxes of pipeline answers, by pipeline, stage and the "
+            "box's state for the stage (fresh|carried|not_selected|failed|shed)",
+            ["pipeline", "stage", "state"], registry=r)
         self.inflight = Gauge(
             "edged_inflight_requests", "Requests received and not yet answered", registry=r)
         self._server: WSGIServer | None = None

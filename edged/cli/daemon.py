@@ -102,7 +102,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{problems} problem(s): an endpoint that cannot be bound or a model file that "
               "failed to load")
         return 1
-    print(f"{args.config}: OK ({len(cfg.models)} model(s))")
+    piped = f", {len(cfg.pipelines)} pipeline(s)" if cfg.pipelines else ""
+    print(f"{args.config}: OK ({len(cfg.models)} model(s){piped})")
     return 0
 
 

@@ -87,7 +87,10 @@ def _print_detections(dets: Any, image: Path, draw: str | None) -> int:
     from edged.detect.table import detections_table
 
     names = [dets.labels.get(k, str(k)) for k in range(max(dets.labels, default=-1) + 1)]
-    print(detections_table(dets.rows, names))
+    # a pipeline's stages: each box's label, or why it has none (docs/pipelines.md)
+    extra = [(stage, [dets.stage_label(stage, k) or f"({dets.stage_state(stage, k)})"
+                      for k in range(len(dets))]) for stage in dets.stages]
+    print(detections_table(dets.rows, names, extra))
     if draw:
         import cv2
 
@@ -97,7 +100,7 @@ def _print_detections(dets: Any, image: Path, draw: str | None) -> int:
         if img is None:
             print(f"edged: --draw needs an image file; {image} is not one", file=sys.stderr)
             return 2
-        cv2.imwrite(draw, draw_detections(img, dets.rows, names))
+        cv2.imwrite(draw, draw_detections(img, dets.rows[:, :6], names))
         print(f"wrote {draw}")
     return 0
 

@@ -39,6 +39,8 @@ def format_status(r: dict[str, Any]) -> str:
     for m, row in zip(r["models"], model_lines[1:], strict=True):
         lines.append(row)
         lines.extend(_model_details(m, g))
+    for p in r.get("pipelines") or []:
+        lines.extend(_format_pipeline(p))
     lines.append("")
     if not g:
         lines.append("governor  disabled")
@@ -140,6 +142,41 @@ def held_below_top(m: dict[str, Any], g: dict[str, Any] | None) -> str | None:
         why.append(f"the last swap up failed: {swap['error']}" if swap.get("error")
                    else "a swap back up is pending")
     return "; ".join(why)
+
+
+def _ladder(m: dict[str, Any]) -> str:
+    return " > ".join(f"[{v}]" if v == m.get("active_variant") else v
+                      for v in m.get("variants") or []) or "-"
+
+
+def _format_pipeline(p: dict[str, Any]) -> list[str]:
+    """A pipeline: its state, each member with its variants (the active one bracketed),
+    and where the governor or the load has put it on its step-down plan."""
+    p50 = "-" if p.get("p50_ms") is None else f"{p['p50_ms']:.2f}"
+    p99 = "-" if p.get("p99_ms") is None else f"{p['p99_ms']:.2f}"
+    det = p["detector"]
+    out = ["", f"PIPELINE {p['name']}  {p['state']}  served {p.get('served', 0)}  "
+               f"p50 {p50} ms  p99 {p99} ms"]
+    if p.get("error"):
+        out.append(f"  error: {p['error']}")
+    out.append(f"  {'detector':<16}{det['model']:<14}{det['state']:<9}{_ladder(det)}")
+    for s in p.get("stages") or []:
+        how = "optional" if s.get("optional") else "required"
+        extra = f", reused {s['reinfer_interval']} frames" if s.get("reinfer_interval") else ""
+        state = "shed" if s.get("shed") else s["state"]
+        out.append(f"  {'stage ' + s['name']:<16}{s['model']:<14}{state:<9}{_ladder(s)}  "
+                   f"({how}, K={s['max_crops']}{extra})")
+        if s.get("error"):
+            out.append(f"    error: {s['error']}")
+    sd = p.get("step_down") or {}
+    where = f"position {sd.get('position', 0)}/{len(sd.get('positions') or [1]) - 1}: " \
+            f"{sd.get('at')}"
+    out.append(f"  step-down order: {', '.join(sd.get('order') or [])}; {where}"
+               + (f" ({sd['reason']})" if sd.get("reason") else ""))
+    load = p.get("overload") or {}
+    if load.get("asks"):
+        out.append(f"  load asks for {load['asks']}: {load['reason']}")
+    return out
 
 
 def _openvino_line(rt: dict[str, Any]) -> str:

@@ -111,7 +111,8 @@ class Control:
         return self.health.status()
 
     async def _models(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"models": self.state.registry.describe()}
+        return {"models": self.state.registry.describe(),
+                "pipelines": self.state.registry.describe_pipelines()}
 
     async def _reload_op(self, msg: dict[str, Any]) -> dict[str, Any]:
         res = await self._reload()
@@ -145,6 +146,9 @@ class Control:
     async def _load_op(self, msg: dict[str, Any]) -> dict[str, Any]:
         name = _str_arg(msg, "model")
         mc = self.state.config.model(name)
+        if mc is None and self.state.config.pipeline(name) is not None:
+            raise InvalidArgument(f"{name!r} is a pipeline: it serves while its models do; "
+                                  "load those")
         if mc is None:
             raise NotFound(f"model {name!r} is not in {self.state.config.file}; add it there "
                            "and run `edged ctl reload`")

@@ -168,6 +168,7 @@ class Reloader:
                 self._show_live([mc.name for mc in [*plan.added, *changed]])
                 return self._failed(errors)
             let_go = st.registry.replace(staged, plan.removed)  # atomic switch
+            st.registry.set_pipelines(new.pipelines, new.models)
             st.config = new
             self.governing.configure(new)
             for m in let_go:
@@ -177,7 +178,9 @@ class Reloader:
             st.metrics.reloads.labels("ok").inc()
             st.last_reload = {"ok": True, "added": [m.name for m in plan.added],
                               "changed": [m.name for m in changed], "why": why,
-                              "removed": plan.removed, "ms": round(ms, 1), "at": time.time()}
+                              "removed": plan.removed,
+                              "pipelines": [p.name for p in new.pipelines],
+                              "ms": round(ms, 1), "at": time.time()}
             log.info("reload done added=%s changed=%s removed=%s reload_ms=%.0f%s",
                      ",".join(st.last_reload["added"]) or "-",
                      ",".join(st.last_reload["changed"]) or "-",

@@ -153,7 +153,8 @@ class NativeRoom:
         if req.op == "models":
             self._reply(router, envelope, [encode_header({
                 "v": 1, "id": req.id, "status": "OK",
-                "models": self.state.registry.describe()})])
+                "models": self.state.registry.describe(),
+                "pipelines": self.state.registry.describe_pipelines()})])
             return
         if req.op == "shm":
             try:
@@ -256,9 +257,11 @@ class NativeRoom:
                   "compute_us": int(outcome.compute_s * 1e6), "batch": outcome.batch,
                   "total_us": int((time.monotonic() - ticket.received) * 1e6)}
         dets = outcome.detections
-        frames = ok_reply_frames(
-            request_id, ticket.model.name, outcome.variant, outcome.outputs, timing, dets,
-            ticket.model.detections_header(dets) if dets is not None else None)
+        header = None
+        if dets is not None:  # a pipeline's answer has its own (its stages' batches)
+            header = outcome.detections_header or ticket.model.detections_header(dets)
+        frames = ok_reply_frames(request_id, ticket.model.name, outcome.variant,
+                                 outcome.outputs, timing, dets, header)
         self._reply(router, envelope, frames)
 
     def _refuse(self, router: sockets.Router, envelope: list[bytes],
