@@ -3,7 +3,7 @@
 A KServe request becomes the same ``Request`` a native client would send (raw tensors, the
 protocol's ``timeout``/``priority`` parameters mapped to edged's), is prepared by
 ``Model.prepare`` and queued in the model's batcher, so KServe, native and Frigate requests
-batch together under the same governor, deadlines and metrics. ``_enter`` is the one place
+batch together under the same governor, deadlines and metrics. ``begin`` is the one place
 that hands a prepared request to ``Admission`` (which counts it once).
 
 Parameters (Triton's, docs/kserve.md): ``timeout`` in microseconds (the gRPC deadline also
@@ -15,10 +15,12 @@ detector also takes ``conf``, ``iou``, ``max_det``, ``classes`` ("0,2").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,29 +183,57 @@ class KServeCore:
 
     # -- inference ----------------------------------------------------------------------
     async def infer(self, call: InferCall, protocol: str) -> InferAnswer:
-        """Admit, prepare, queue and await one request; raises EdgedError for the reply.
+        """``begin`` awaited on the loop (the HTTP room): the answer, or the EdgedError
+        for the reply."""
+        fut: asyncio.Future[InferAnswer] = asyncio.get_running_loop().create_future()
+        self.begin(call, protocol, functools.partial(_settle, fut))
+        return await fut
+
+    def begin(self, call: InferCall, protocol: str,
+              done: Callable[[InferAnswer | EdgedError], None]) -> None:
+        """Admit, prepare and queue one request on the loop; ``done`` gets its answer or
+        the EdgedError for the reply, once, on the loop.
 
         Through ``Admission`` like every protocol: it counts the request once (and the
         KServe counters here say which protocol it came by)."""
-        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         try:
-            ticket = self.admission.admit(call.model, call.received,
-                                          functools.partial(_settle, fut))
+            ticket = self.admission.admit(call.model, call.received, functools.partial(
+                self._finish, call, protocol, done))
         except EdgedError as e:
             self.admission.reject(e, call.model)
             self._count(protocol, "", e.status, call.received)
-            raise
+            self.state.answered += 1
+            done(e)
+            return
         model = ticket.model
         try:
-            await self._enter(ticket, call)
-            result = await fut
+            req = self._request(model, call)
+            if model.needs_thread(req):
+                self._prepare_off_loop(ticket, req)
+                return
+            prepared = model.prepare(req)
         except EdgedError as e:
-            self._count(protocol, model.name, e.status, call.received)
-            raise
-        finally:
-            self.state.answered += 1
+            self.admission.fail(ticket, e)
+            return
+        self.admission.submit(ticket, prepared, priority=req.priority, timeout_ms=req.timeout_ms)
+
+    def _finish(self, call: InferCall, protocol: str,
+                done: Callable[[InferAnswer | EdgedError], None], ticket: Ticket,
+                outcome: Result | EdgedError) -> None:
+        """The request's one outcome (``Admission`` has counted it already)."""
+        self.state.answered += 1
+        model = ticket.model
+        if isinstance(outcome, EdgedError):
+            self._count(protocol, model.name, outcome.status, call.received)
+            done(outcome)
+            return
         self._count(protocol, model.name, "OK", call.received)
-        return self._answer(model, call, result)
+        try:
+            answer = self._answer(model, call, outcome)
+        except EdgedError as e:
+            done(e)
+            return
+        done(answer)
 
     def refused(self, protocol: str, model: str, err: EdgedError, received: float) -> None:
         """Count a request the room could not even read (bad tensors, bad JSON)."""
@@ -211,42 +241,42 @@ class KServeCore:
         found = self.state.registry.find_served(model) is not None
         self._count(protocol, model if found else "", err.status, received)
 
-    async def _enter(self, ticket: Ticket, call: InferCall) -> None:
-        """Prepare the request and hand it to admission; a failure answers the ticket.
-
-        The one coupling to the shared admission path (prepare -> Prepared -> submit)."""
-        model = ticket.model
-        try:
-            req = self._request(model, call)
-            if model.needs_thread(req):
-                prepared = await self._prepare_off_loop(model, req)
-                if not self.state.serving:
-                    raise Unavailable("the daemon is shutting down")
-            else:
-                prepared = model.prepare(req)
-        except EdgedError as e:
-            self.admission.fail(ticket, e)
-            return
-        except asyncio.CancelledError:  # the client went away while its image was decoded
-            self.admission.fail(ticket, Unavailable("the client cancelled the request"))
-            raise
-        self.admission.submit(ticket, prepared, priority=req.priority, timeout_ms=req.timeout_ms)
-
-    async def _prepare_off_loop(self, model: Served, req: Request) -> Any:
+    def _prepare_off_loop(self, ticket: Ticket, req: Request) -> None:
+        """Decode and preprocess an image on the pool, then submit from the loop."""
         if self._decoding >= MAX_PENDING_DECODES:
-            raise ResourceExhausted(f"{self._decoding} images are waiting to be preprocessed; "
-                                    "try again shortly")
+            self.admission.fail(ticket, ResourceExhausted(
+                f"{self._decoding} images are waiting to be preprocessed; try again shortly"))
+            return
         self._decoding += 1
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._pool, model.prepare, req)
-        except EdgedError:
-            raise
-        except Exception as e:
-            log.exception("preprocessing failed")
-            raise EdgedError(f"preprocessing failed: {type(e).__name__}: {e}") from None
-        finally:
+        loop = asyncio.get_running_loop()
+
+        def work() -> None:
+            outcome: Any
+            try:
+                outcome = ticket.model.prepare(req)
+            except EdgedError as e:
+                outcome = e
+            except Exception as e:
+                log.exception("preprocessing failed")
+                outcome = EdgedError(f"preprocessing failed: {type(e).__name__}: {e}")
+            with contextlib.suppress(RuntimeError):  # the loop closed: the daemon stopped
+                loop.call_soon_threadsafe(prepared, outcome)
+
+        def prepared(outcome: Any) -> None:
             self._decoding -= 1
+            if isinstance(outcome, EdgedError):
+                self.admission.fail(ticket, outcome)
+            elif not self.state.serving:
+                self.admission.fail(ticket, Unavailable("the daemon is shutting down"))
+            else:
+                self.admission.submit(ticket, outcome, priority=req.priority,
+                                      timeout_ms=req.timeout_ms)
+
+        try:
+            self._pool.submit(work)
+        except RuntimeError:  # the pool is shut down: the daemon is stopping
+            self._decoding -= 1
+            self.admission.fail(ticket, Unavailable("the daemon is shutting down"))
 
     def _request(self, model: Served, call: InferCall) -> Request:
         """The native ``Request`` this KServe request stands for."""
@@ -318,7 +348,7 @@ class KServeCore:
         self.m_duration.labels(protocol).observe(time.monotonic() - received)
 
 
-def _settle(fut: asyncio.Future[Result], ticket: Ticket, outcome: Result | EdgedError) -> None:
+def _settle(fut: asyncio.Future[InferAnswer], outcome: InferAnswer | EdgedError) -> None:
     if fut.done():  # the client went away (cancelled)
         return
     if isinstance(outcome, EdgedError):

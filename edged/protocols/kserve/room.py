@@ -47,7 +47,7 @@ class KServeRoom:
                     raise StartupError(str(e)) from None
 
     def loops(self) -> list[Loop]:
-        return []  # grpc.aio and aiohttp run their own servers on the loop
+        return []  # grpc runs its own threads, aiohttp its server on the loop
 
     def listeners(self) -> list[Listener]:
         return [Listener(f"kserve-{kind}", f"{s.address} (port {s.port})", "every model")
