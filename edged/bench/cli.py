@@ -2,7 +2,8 @@
 model run in process by ONNX Runtime (default session options, as a user would);
 ``edged bench soak`` starts a daemon of its own and holds it under mixed load (``soak``);
 ``edged bench footprint`` starts one to time its start and measure its idle CPU and
-memory (``footprint``).
+memory (``footprint``); ``edged bench --peer triton|mlserver|kserve --onnx MODEL.onnx``
+starts a daemon and a real KServe v2 server on that file and compares them (``peer``).
 
 Why in the package: an operator measures *their* device with *their* model without
 the repository's scripts; the figures are the ones the docs report (throughput, p50,
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edged.bench import footprint
+from edged.bench import footprint, peer
 from edged.bench.daemon_process import daemon_pid
 from edged.bench.floor import Floors, check_single_input, cores
 from edged.bench.load import drive, request
@@ -78,6 +79,7 @@ def add_parser(subparsers: Any) -> None:
                         "(default: control.sock beside an ipc:// --endpoint, else as "
                         "'edged status' finds it)")
     p.add_argument("--json", type=Path, help="write the full result here")
+    peer.add_arguments(p)
     p.set_defaults(func=run)
     # Subcommands that start a daemon of their own instead of loading a running one.
     sub = p.add_subparsers(dest="bench_cmd", metavar="{soak,footprint}", required=False)
@@ -88,6 +90,10 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from edged.client import Client
 
+    if args.peer is not None:
+        if args.clients is None:
+            args.clients = 8
+        return peer.run_peer(args)
     if args.model is None:
         print("edged bench: --model is required (or `edged bench soak` or `edged bench "
               "footprint`, which start a daemon of their own)", file=sys.stderr)

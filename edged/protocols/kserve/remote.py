@@ -148,9 +148,10 @@ class Remote:
                     r = await self._call(model, feeds, outputs, binary=False)
                 except RemoteError as j:
                     raise RemoteError(f"{e} (and with JSON tensors: {j})", down=j.down) from None
-                self.binary = False
-                log.warning("offload remote %s answered binary tensors with %s; sending it "
-                            "JSON tensors from now on", self.cfg.url, e)
+                if self.binary is None:  # once, though several requests may learn it
+                    self.binary = False
+                    log.warning("offload remote %s answered binary tensors with %s; sending "
+                                "it JSON tensors from now on", self.cfg.url, e)
                 return r
             if self.binary is None:
                 self.binary = True
