@@ -32,6 +32,7 @@ def test_edged_bench_peer_reports_both_servers_and_the_ratios(tmp_path: Path) ->
     r = json.loads(out.read_text())
     assert f"load average {r['machine']['load_avg'][0]}" in p.stdout  # the machine line
     assert r["peer"] == "triton" and r["max_batch_size"] == 8
+    assert r["peer_versions"]["nvidia-pytriton"] == "0.7.0", r["peer_versions"]
     rnd = r["rounds"][0]
     for server in ("edged", "peer"):
         for clients in ("1", "2"):

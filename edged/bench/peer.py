@@ -98,8 +98,8 @@ def run_peer(args: argparse.Namespace) -> int:
         try:
             peer = Peer(args.peer, args.onnx, work / args.peer, name=name,
                         max_batch_size=args.max_batch_size, threads=args.peer_threads)
-            print(f"{args.peer}: ready in {peer.start():.1f} s "
-                  f"(gRPC {peer.grpc}, log {peer.log_path})", file=sys.stderr)
+            print(f"{args.peer}: {', '.join(f'{k} {v}' for k, v in peer.versions.items())}; "
+                  f"ready in {peer.start():.1f} s (gRPC {peer.grpc}, log {peer.log_path})")
         except (PeerUnavailable, ValueError) as e:
             print(f"edged bench: --peer {args.peer}: {e}", file=sys.stderr)
             return 2
@@ -184,7 +184,8 @@ def compare(args: argparse.Namespace, daemon: Daemon, address: str, peer: Peer,
         rounds.append(rnd)
         show_round(rnd, peer.kind, args.clients)
     frozen.only("edged")
-    return {"machine": info, "peer": peer.kind, "model": str(args.onnx),
+    return {"machine": info, "peer": peer.kind, "peer_versions": peer.versions,
+            "model": str(args.onnx),
             "max_batch_size": args.max_batch_size, "clients": [1, args.clients],
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
                      if k not in ("func", "watch")},

@@ -317,6 +317,18 @@ class Peer:
         return self.proc.pid
 
     @property
+    def versions(self) -> dict[str, str]:
+        """The pinned packages as installed in the peer's venv (for a report)."""
+        wanted = {r.split("=")[0].split("<")[0].lower() for r in specs()[self.kind].requirements}
+        got = {}
+        freeze = self.python.parent.parent / ".complete"
+        for line in freeze.read_text().splitlines() if freeze.exists() else ():
+            name, sep, version = line.partition("==")
+            if sep and name.lower() in wanted:
+                got[name] = version
+        return got
+
+    @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
