@@ -13,15 +13,13 @@ import pytest
 pytest.importorskip("tritonclient.grpc", reason="the kserve extra is not installed "
                     "(pip install 'edged[kserve]')")
 from support.paths import MODELS, ROOT
+from support.peers import venv_or_skip
 
-from edged.testing import peers
 
-
-def test_edged_bench_peer_reports_both_servers_and_the_ratios(tmp_path: Path) -> None:
-    try:
-        peers.peer_python("triton")  # built here first, its progress shown by pytest -s
-    except peers.PeerUnavailable as e:
-        pytest.skip(f"triton: {e}")
+@pytest.mark.timeout(900)  # a clean machine builds the Triton venv first (a minute or so)
+def test_edged_bench_peer_reports_both_servers_and_the_ratios(
+        request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    venv_or_skip(request, "triton")
     out = tmp_path / "peer.json"
     p = subprocess.run(
         [sys.executable, "-m", "edged", "bench", "--peer", "triton",

@@ -14,9 +14,8 @@ and a peer that cannot be built or started here skips its tests with the reason.
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,16 @@ pytest.importorskip("tritonclient.grpc", reason="the kserve extra is not install
 from support.configs import digits_config, slow_table
 from support.daemons import Daemon, metric, metrics
 from support.paths import MODELS
+from support.peers import started_or_skip
 from support.slow_model import make_slow_model
 from support.sysfs import make_thermal_zone
 from support.waits import wait_until
 
 from edged.cli.status_text import format_status
 from edged.testing import peers
+
+# A clean machine builds each peer's venv in its first test's setup (a minute or so).
+pytestmark = pytest.mark.timeout(900)
 
 SCHEMES = ("grpc", "http")
 REMOTE_ROWS = 4  # what each peer takes at most; the local digits model takes 8
@@ -55,28 +58,12 @@ def reference(x: np.ndarray) -> np.ndarray:
 WANT = reference(X)
 
 
-def progress(request: pytest.FixtureRequest) -> Callable[[str], None]:
-    """Shown while a peer's venv installs (pytest captures output otherwise)."""
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-
-    def say(line: str) -> None:
-        with capman.global_and_fixture_disabled():
-            print(line, file=sys.stderr, flush=True)
-
-    return say
-
-
 @pytest.fixture(scope="module", params=peers.KINDS)
 def peer(request: pytest.FixtureRequest,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[peers.Peer]:
     kind = request.param
-    try:
-        p = peers.Peer(kind, MODELS / "cnn-fp32.onnx", tmp_path_factory.mktemp(kind),
-                       name="digits", max_batch_size=REMOTE_ROWS, threads=1,
-                       progress=progress(request))
-        p.start()
-    except peers.PeerUnavailable as e:
-        pytest.skip(f"{kind}: {e}")
+    p = started_or_skip(request, kind, MODELS / "cnn-fp32.onnx", tmp_path_factory.mktemp(kind),
+                        name="digits", max_batch_size=REMOTE_ROWS, threads=1)
     yield p
     p.stop(timeout=5)
 

@@ -74,6 +74,10 @@ class PeerUnavailable(RuntimeError):
     """A peer could not be built or started here; the message says why (a test skips)."""
 
 
+class _PortTaken(RuntimeError):
+    """The server could not bind a port chosen free a moment before."""
+
+
 @dataclass(frozen=True)
 class PeerSpec:
     """What one kind of server needs installed, and from which interpreter."""
@@ -292,8 +296,13 @@ class Peer:
         self.grpc_port, self.http_port = free_port(), free_port()
         self.log_path = workdir / f"{kind}.log"
         self.proc: subprocess.Popen[bytes] | None = None
-        self._cmd = {"triton": self._triton, "mlserver": self._mlserver,
-                     "kserve": self._kserve}[kind]()
+        self._first_start = True
+        self._cmd = self._command()
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        """The server's command line and environment, its files written to ``workdir``."""
+        return {"triton": self._triton, "mlserver": self._mlserver,
+                "kserve": self._kserve}[self.kind]()
 
     # -- where it listens
     @property
@@ -342,16 +351,40 @@ class Peer:
     def start(self, timeout: float = START_TIMEOUT_S) -> float:
         """Start the server and wait until it and the model are ready over both
         protocols; seconds it took. :class:`PeerUnavailable` (with its log) if it exits
-        or is not ready in ``timeout``."""
+        or is not ready in ``timeout``.
+
+        The first start takes other ports when one was taken between choosing and binding
+        it (another process on a shared machine); a restart keeps its ports."""
         if self.running:
             raise RuntimeError(f"the {self.kind} peer is already running (pid {self.pid})")
+        attempts = 3 if self._first_start else 1
+        self._first_start = False
+        for k in range(attempts):
+            try:
+                return self._start(timeout)
+            except _PortTaken as e:
+                if k == attempts - 1:
+                    raise PeerUnavailable(str(e)) from None
+                self.grpc_port, self.http_port = free_port(), free_port()
+                self._cmd = self._command()
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> float:
         cmd, env = self._cmd
         t0 = time.monotonic()
+        logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          cwd=str(self.workdir), start_new_session=True)
         while not self._ready():
+            said = self.log_path.read_bytes()[logged:].decode(errors="replace").lower()
+            if "already in use" in said or "failed to bind" in said:
+                # MLServer's REST side keeps running when its gRPC port cannot be bound.
+                self.kill()
+                raise _PortTaken(f"the {self.kind} server could not bind its ports:\n"
+                                 f"{self.log_tail()}")
             if self.proc.poll() is not None:
+                self._reap()
                 raise PeerUnavailable(f"the {self.kind} server exited ({self.proc.returncode})"
                                       f" before it was ready:\n{self.log_tail()}")
             if time.monotonic() - t0 > timeout:

@@ -108,10 +108,12 @@ class Offload:
     async def _check(self, remote: Any, cfg: OffloadConfig, m: OffloadModel) -> None:
         from edged.protocols.kserve.remote import RemoteError, metadata_mismatch
 
+        local = self.state.registry.find(m.model)
+        if local is None or not local.inputs:
+            return  # nothing to compare with until the local model has loaded
         timeout = max(MIN_CHECK_TIMEOUT_S, min(cfg.health_interval_s, 2.0))
         ok = await remote.ready(m.remote_model, timeout)
         if ok:
-            local = self.state.registry.find(m.model)
             try:
                 meta = await remote.metadata(m.remote_model, timeout)
             except RemoteError as e:
@@ -120,10 +122,9 @@ class Offload:
                 else:  # it answered, but not with the model's metadata
                     self._set_unused(m, f"the remote model's metadata could not be read: {e}")
             else:
-                if local is not None and local.inputs:  # else: checked once it has loaded
-                    why = metadata_mismatch(local.inputs, local.outputs, meta)
-                    self._set_unused(m, None if why is None else
-                                     f"the remote model does not match {m.model!r}: {why}")
+                why = metadata_mismatch(local.inputs, local.outputs, meta)
+                self._set_unused(m, None if why is None else
+                                 f"the remote model does not match {m.model!r}: {why}")
         if ok != self._up.get(m.model):
             log.log(logging.INFO if ok else logging.WARNING,
                     "offload remote %s model %s is %s", cfg.url, m.remote_model,
