@@ -12,7 +12,7 @@ none of them is installed beside edged. A venv is created on first use by
 :func:`peer_python` under :func:`cache_root` (``$EDGED_PEERS_CACHE``, else
 ``$XDG_CACHE_HOME/edged-peers``, else ``~/.cache/edged-peers``), keyed by the pinned
 requirements and the base interpreter, from PyPI with pip, so a clean machine builds it
-the first time (20-40 s each, pip's progress printed) and reuses it after. Creation
+the first time (20-60 s each, pip's progress printed) and reuses it after. Creation
 holds a file lock (two test processes never build one venv twice) and the venv counts
 only once its marker file is written (an interrupted install is rebuilt, never used).
 Anything that stops a peer from being built or started is :class:`PeerUnavailable` with
@@ -27,15 +27,20 @@ What each needs, and why it is set up as it is:
   The venv is made from the system interpreter (``/usr/bin/python3``): the backend's stub
   process links the system ``libpython3``, and a venv of another build of the same
   Python version loads that build's standard library on top of it and fails.
-- **MLServer**: a small runtime class (:data:`MLSERVER_RUNTIME`; MLServer has no ONNX
-  runtime) and ``uvloop<0.22`` (with 0.22+ its inference worker finds no event loop at
-  start and the server exits).
+- **MLServer**: a small runtime class (MLServer has no ONNX runtime) and ``uvloop<0.22``
+  (with 0.22+ its inference worker finds no event loop at start and the server exits).
+  No adaptive batching (MLServer's default).
 - **KServe**: a ``kserve.Model`` subclass run by ``ModelServer``, which binds every
-  interface with no option to change it: the start script binds it to loopback (this is
-  a shared machine).
+  interface with no option to change it: the start script binds it to loopback (a test
+  machine is shared). No batching (ModelServer has none).
 
-Every peer runs its ONNX Runtime session with ``threads`` intra-op threads (the default,
-0, lets ORT take the usable cores as it does out of the box).
+The server-side files (Triton's ``model.py``, MLServer's runtime, KServe's start script)
+are in ``peer_servers/``; each runs in its peer's venv, copied into the peer's work
+directory (nothing is written beside them). Every peer runs its ONNX Runtime session with
+``threads`` intra-op threads (the default, 0, lets ORT take the usable cores as it does
+out of the box) and states the model's tensors in its metadata. Triton refuses a request
+of more than ``max_batch_size`` rows itself; MLServer's and KServe's model classes refuse
+it the way those servers refuse any request they cannot run (HTTP 500 / INTERNAL).
 """
 
 from __future__ import annotations
@@ -50,12 +55,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edged.testing.harness import free_port
 
@@ -202,23 +209,27 @@ def _run_streaming(cmd: list[str], prefix: str, progress: Progress,
     """Run ``cmd``, passing each line it prints to ``progress``; None on success, else the
     end of its output."""
     lines: list[str] = []
-    end = time.monotonic() + timeout
     try:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     except OSError as e:
         return str(e)
-    assert p.stdout is not None
-    for line in p.stdout:
-        line = line.rstrip()
-        lines.append(line)
-        if line.startswith(("Collecting", "Installing", "Successfully", "ERROR")):
-            progress(prefix + line)
-        if time.monotonic() > end:
-            p.kill()
-            lines.append(f"(stopped after {timeout:.0f} s)")
-            break
-    if p.wait() == 0 and time.monotonic() <= end:
+    watchdog = threading.Timer(timeout, p.kill)  # pip stuck without a line to read
+    watchdog.start()
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            line = line.rstrip()
+            lines.append(line)
+            if line.startswith(("Collecting", "Installing", "Successfully", "ERROR")):
+                progress(prefix + line)
+        code = p.wait()
+    finally:
+        timed_out = not watchdog.is_alive()
+        watchdog.cancel()
+    if code == 0 and not timed_out:
         return None
+    if timed_out:
+        lines.append(f"(stopped after {timeout:.0f} s)")
     return "\n".join(lines[-15:])
 
 
@@ -250,10 +261,12 @@ def model_tensors(onnx: Path) -> tuple[list[Tensor], list[Tensor]]:
     dimension is not dynamic cannot be served batched and is refused here."""
     import onnxruntime as ort
 
+    if not onnx.is_file():
+        raise ValueError(f"{onnx}: no such file")
     sess = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
 
-    def tensor(arg: object) -> Tensor:
-        name, typ, shape = arg.name, arg.type, arg.shape  # type: ignore[attr-defined]
+    def tensor(arg: Any) -> Tensor:
+        name, typ, shape = arg.name, arg.type, arg.shape
         if typ not in _DATATYPES:
             raise ValueError(f"{onnx.name}: {name!r} is a {typ}; the peers serve "
                              f"{', '.join(_DATATYPES)}")
@@ -269,6 +282,8 @@ def model_tensors(onnx: Path) -> tuple[list[Tensor], list[Tensor]]:
 # -- a running peer ------------------------------------------------------------------------
 
 SERVERS = Path(__file__).with_name("peer_servers")
+#: loopback is asked directly, whatever proxy the environment names
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class Peer:
@@ -283,6 +298,7 @@ class Peer:
     def __init__(self, kind: str, onnx: Path, workdir: Path, *, name: str = "model",
                  max_batch_size: int = 8, threads: int = 0,
                  progress: Progress = _say) -> None:
+        _spec(kind)  # an unknown kind is refused before anything is read or built
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1; got {max_batch_size}")
         if threads < 0:
@@ -397,7 +413,7 @@ class Peer:
     def _ready(self) -> bool:
         for path in ("/v2/health/ready", f"/v2/models/{self.name}/ready"):
             try:
-                with urllib.request.urlopen(f"http://{self.http}{path}", timeout=2) as r:
+                with _DIRECT.open(f"http://{self.http}{path}", timeout=2) as r:
                     if r.status != 200:
                         return False
             except (urllib.error.URLError, OSError):
