@@ -102,7 +102,11 @@ class Offload:
             remote, cfg = self._remote, self.cfg
             if remote is not None:
                 for m in cfg.models:
-                    await self._check(remote, cfg, m)
+                    try:
+                        await self._check(remote, cfg, m)
+                    except Exception as e:  # one odd answer must not end the checks
+                        log.exception("offload check of %s failed", m.model)
+                        self._set_unused(m, f"the check failed: {type(e).__name__}: {e}")
             await asyncio.sleep(cfg.health_interval_s)
 
     async def _check(self, remote: Any, cfg: OffloadConfig, m: OffloadModel) -> None:
