@@ -36,7 +36,7 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--endpoint", default="tcp://127.0.0.1:5555")
     p.add_argument("--model", help="the model to load (required unless a subcommand is "
-                   "given)")
+                   "given; with --peer: the name both servers serve it as, default 'model')")
     p.add_argument("--clients", type=int, default=None,
                    help="client processes (default 1; with --floor: 8, for the throughput "
                         "phase)")

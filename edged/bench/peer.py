@@ -98,16 +98,19 @@ def run_peer(args: argparse.Namespace) -> int:
         try:
             peer = Peer(args.peer, args.onnx, work / args.peer, name=name,
                         max_batch_size=args.max_batch_size, threads=args.peer_threads)
-            print(f"{args.peer}: {', '.join(f'{k} {v}' for k, v in peer.versions.items())}; "
-                  f"ready in {peer.start():.1f} s (gRPC {peer.grpc}, log {peer.log_path})")
         except (PeerUnavailable, ValueError) as e:
             print(f"edged bench: --peer {args.peer}: {e}", file=sys.stderr)
             return 2
         daemon: Daemon | None = None
-        try:
+        try:  # whatever happens (Ctrl-C included), neither server outlives the run
+            print(f"{args.peer}: {', '.join(f'{k} {v}' for k, v in peer.versions.items())}; "
+                  f"ready in {peer.start():.1f} s (gRPC {peer.grpc}, log {peer.log_path})")
             daemon, address = start_daemon(work / "edged", args.onnx, name,
                                            args.max_batch_size)
             result = compare(args, daemon, address, peer, info)
+        except PeerUnavailable as e:
+            print(f"edged bench: --peer {args.peer}: {e}", file=sys.stderr)
+            return 2
         except RuntimeError as e:  # the daemon did not start, or a server died
             print(f"edged bench: --peer: {e}", file=sys.stderr)
             return 1
