@@ -40,6 +40,11 @@ class ResourceExhausted(EdgedError):
     status = RESOURCE_EXHAUSTED
 
 
+class Shed(ResourceExhausted):
+    """Refused by the governor's shedding (a level's ``shed_priority_above``): a pipeline
+    says such a stage's boxes are shed, not failed."""
+
+
 class DeadlineExceeded(EdgedError):
     status = DEADLINE_EXCEEDED
 

@@ -80,6 +80,12 @@ class Metrics:
         self.active_variant = Gauge(
             "edged_active_variant_info", "1 for the variant that computes the model's requests",
             ["model", "variant", "backend"], registry=r)
+        # One series per model: the sha256 of the bytes the live variant was opened from,
+        # so a file replaced in place (and reloaded) shows as a new digest.
+        self.live_artifact = Gauge(
+            "edged_live_artifact_info",
+            "1 for the artifact the model's live variant was opened from, by its sha256",
+            ["model", "variant", "sha256"], registry=r)
         self.swaps = Counter(
             "edged_variant_swaps", "Variant swaps, by reason",
             ["model", "from_variant", "to_variant", "reason"], registry=r)
@@ -122,17 +128,25 @@ class Metrics:
         self.streams_tracked = Gauge(
             "edged_streams", "Stream ids the model currently remembers (bounded)", ["model"],
             registry=r)
+        self.pipeline_boxes = Counter(
+            "edged_pipeline_boxes", "Boxes of pipeline answers, by pipeline, stage and the "
+            "box's state for the stage (fresh|carried|not_selected|failed|shed)",
+            ["pipeline", "stage", "state"], registry=r)
         self.inflight = Gauge(
             "edged_inflight_requests", "Requests received and not yet answered", registry=r)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
-    def set_active(self, model: str, variant: str, backend: str) -> None:
+    def set_active(self, model: str, variant: str, backend: str,
+                   sha256: str | None = None) -> None:
         # Clear the model's previous series so exactly one variant reads 1.
-        for labels in list(self.active_variant._metrics):
-            if labels[0] == model:
-                self.active_variant.remove(*labels)
+        for gauge in (self.active_variant, self.live_artifact):
+            for labels in list(gauge._metrics):
+                if labels[0] == model:
+                    gauge.remove(*labels)
         self.active_variant.labels(model, variant, backend).set(1)
+        if sha256:
+            self.live_artifact.labels(model, variant, sha256).set(1)
 
     def serve(self, host: str, port: int) -> None:
         """Start the HTTP exposition thread; OSError (port in use) propagates."""

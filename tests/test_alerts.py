@@ -50,6 +50,7 @@ EDGED_METRICS = HISTOGRAMS | {
     "edged_model_load_duration_seconds",
     "edged_model_ready",
     "edged_active_variant_info",
+    "edged_live_artifact_info",
     "edged_variant_swaps_total",
     "edged_variant_checks_total",
     "edged_kserve_requests_total",

@@ -229,7 +229,9 @@ def test_the_cli_prints_the_report_as_it_goes(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "original cnn-fp32.onnx: accuracy" in out and "ort-opt: built cnn-fp32-opt.onnx" in out
-    assert out.rstrip().endswith(f"wrote {tmp_path / 'variants.toml'}")
+    assert f"wrote {tmp_path / 'variants.toml'}\n" in out
+    assert out.rstrip().endswith(f"wrote {tmp_path / 'edged.toml'}: serve it with edged serve "
+                                 f"--config {tmp_path / 'edged.toml'}")
 
 
 def _tiny_model(path: Path) -> Path:

@@ -18,6 +18,7 @@ pytest.importorskip("onnx")
 
 from edged.backends.support.sidecar import read_sidecar
 from edged.compile import cli
+from edged.compile.openvino_steps import bf16_missing
 from edged.verify.golden import read_golden
 
 needs_ov = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
@@ -45,14 +46,19 @@ def test_fp32_and_int8_rungs_are_built_validated_timed_and_laddered(
                    *FAST])
     log = capsys.readouterr().out
     assert rc == 0, log
-    assert "openvino: built digits-ov-fp32.xml, digits-ov-int8.xml" in log
-    for precision in ("fp32", "int8"):
+    # bf16 where this CPU computes it natively (AVX-512 BF16, AMX, Arm BF16), else skipped
+    bf16 = bf16_missing() is None
+    precisions = ("fp32", "bf16", "int8") if bf16 else ("fp32", "int8")
+    assert ("openvino: built " + ", ".join(f"digits-ov-{p}.xml" for p in precisions)) in log
+    if not bf16:
+        assert "openvino bf16: skipped — this CPU has no native bfloat16" in log
+    for precision in precisions:
         xml = out / f"digits-ov-{precision}.xml"
         assert xml.with_suffix(".bin").is_file()
         meta = read_sidecar(xml)
         assert meta is not None and meta["backend"] == "openvino" and meta["step"] == "openvino"
         assert meta["precision"] == precision and meta["tools"]["openvino"]
-        assert meta["options"] == {"precision": "f32"}
+        assert meta["options"] == {"precision": "bf16" if precision == "bf16" else "f32"}
         assert meta["validation"]["passed"] and meta["validation"]["samples"] == 64
         assert meta["speed"]["latency_ms_p50"] > 0 and meta["speed"]["throughput_per_s"] > 0
         g = read_golden(xml)  # OpenVINO's own outputs, never ORT's int8 golden
@@ -61,6 +67,9 @@ def test_fp32_and_int8_rungs_are_built_validated_timed_and_laddered(
     assert fp32["validation"]["agreement_pct"] == 100.0
     assert fp32["validation"]["max_abs_diff"] < 1e-3  # f32, not the plugin's bf16 default
     assert "digits-ov-int8.xml: ok:" in log
+    if bf16:  # one copy of the weights: the bf16 rung's .bin is the fp32 rung's
+        assert (out / "digits-ov-bf16.bin").samefile(out / "digits-ov-fp32.bin")
+        assert read_sidecar(out / "digits-ov-bf16.xml")["validation"]["agreement_pct"] >= 99.0
     text = (out / "variants.toml").read_text()
     # On the ladder or commented out with the reason; timing decides which, not this test.
     assert 'name = "digits-ov-fp32"' in text and 'name = "digits-ov-int8"' in text
@@ -68,7 +77,7 @@ def test_fp32_and_int8_rungs_are_built_validated_timed_and_laddered(
     for v in tomllib.loads(text)["models"]["variants"]:
         assert (out / v["path"]).exists(), v
         if v["backend"] == "openvino":
-            assert v["options"] == {"precision": "f32"} and v["path"].endswith(".xml")
+            assert v["options"]["precision"] in ("f32", "bf16") and v["path"].endswith(".xml")
 
 
 @needs_ov

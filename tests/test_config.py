@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from edged.config.server import Limits
 from support.paths import MODELS, ROOT
 
 from edged.config.file import Config, load_config, parse_config
+from edged.config.server import Limits
 from edged.errors import ConfigError
 from edged.host.runtime_dir import ipc_path, resolve_runtime_dir
 

@@ -236,3 +236,62 @@ def test_scripts_are_shellcheck_clean() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout
+
+
+def test_help_lists_every_extra() -> None:
+    proc = _run(INSTALL, "--help")
+    assert proc.returncode == 0
+    for extra in ("openvino", "tvm", "kserve", "tensorrt", "gpu"):
+        assert extra in proc.stdout, extra
+    assert "--ladder DIR" in proc.stdout and "--config FILE" in proc.stdout
+
+
+def test_an_openvino_rung_brings_its_extra_and_drop_in(checkout: Path, tmp_path: Path) -> None:
+    cfg = checkout / "config.toml"
+    cfg.write_text(SAMPLE_CONFIG + '\n[[models.variants]]\nname = "ov"\nbackend = "openvino"\n'
+                   'path = "models/digits/cnn-ov-fp32.xml"\n\n[server.kserve]\n'
+                   'grpc = "127.0.0.1:8001"\n')
+    root = tmp_path / "root"
+    proc = _install(checkout, root, "--no-jetson")
+    dropin = root / "usr/local/lib/systemd/system/edged.service.d/openvino.conf"
+    assert dropin.read_text() == (checkout / "systemd/openvino.conf").read_text()
+    assert "serves an OpenVINO variant: adding the openvino extra" in proc.stdout
+    assert "adding the kserve extra" in proc.stdout
+    assert "adding the tvm extra" in proc.stdout  # SAMPLE_CONFIG has a TVM variant
+    # pip would install them: the dry run of the real root shows the spec.
+    dry = _run(checkout / "scripts/ops/install", "--dry-run", "--no-systemctl", "--no-jetson",
+               "--extras", "track")
+    assert "track\\,openvino\\,tvm\\,kserve" in dry.stdout, dry.stdout  # printf %q escapes
+    # The OpenVINO variant removed from the installed config: the drop-in goes too.
+    installed = root / "etc/edged/edged.toml"
+    installed.write_text(installed.read_text().replace('backend = "openvino"',
+                                                       'backend = "onnxruntime"'))
+    _install(checkout, root, "--no-jetson")
+    assert not dropin.exists()
+
+
+def test_a_compiled_ladder_is_copied_and_the_config_points_at_it(checkout: Path,
+                                                                tmp_path: Path) -> None:
+    ladder = checkout / "build" / "people"
+    ladder.mkdir(parents=True)
+    for name, data in (("det-fp32.onnx", b"fp32"), ("det-int8.onnx", b"int8"),
+                       ("det-int8.onnx.json", b"{}"), ("edged.toml", b"# the ladder\n")):
+        (ladder / name).write_bytes(data)
+    cfg = checkout / "my.toml"
+    cfg.write_text(SAMPLE_CONFIG + '\n[[models]]\nname = "people"\n\n[[models.variants]]\n'
+                   'name = "fp32"\nbackend = "onnxruntime"\npath = "build/people/det-fp32.onnx"\n'
+                   '\n[[models.variants]]\nname = "int8"\nbackend = "onnxruntime"\n'
+                   'path = "./build/people/det-int8.onnx"\n')
+    root = tmp_path / "root"
+    proc = _install(checkout, root, "--no-jetson", "--config", str(cfg), "--ladder", str(ladder))
+    installed = root / "var/lib/edged/models/people"
+    assert (installed / "det-int8.onnx").read_bytes() == b"int8"
+    assert (installed / "edged.toml").exists() and "4 files" in proc.stdout
+    data = tomllib.loads((root / "etc/edged/edged.toml").read_text())
+    paths = [v["path"] for m in data["models"] for v in m["variants"]]
+    assert "/var/lib/edged/models/people/det-fp32.onnx" in paths
+    assert "/var/lib/edged/models/people/det-int8.onnx" in paths
+    assert "/var/lib/edged/models/digits/cnn-fp32.onnx" in paths
+    bad = _run(checkout / "scripts/ops/install", "--prefix", str(root), "--no-pip",
+               "--ladder", str(tmp_path / "nope"))
+    assert bad.returncode == 2 and "--ladder" in bad.stderr and "no such folder" in bad.stderr

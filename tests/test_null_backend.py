@@ -90,6 +90,45 @@ def test_daemon_serves_the_null_backend(make_daemon: Any, tmp_path: Path) -> Non
         np.testing.assert_array_equal(r.outputs["output"], x)
 
 
+def test_a_client_that_stops_reading_loses_no_reply(make_daemon: Any, tmp_path: Path) -> None:
+    """Replies to a client that does not read pile up past the daemon's send high-water
+    mark (1000 messages) and the client's receive one: the daemon keeps them in order
+    and sends them once the client reads again; none is lost, none is sent twice."""
+    import zmq
+
+    echo = model_table("echo", [variant("null", backend="null", options={"shape": [-1, 2]})],
+                       max_queue=8192)
+    d = make_daemon(config(tmp_path, models=[echo], name="null.toml",
+                           server="max_inflight_per_client = 8192"),
+                    args=("--log-level", "debug"))
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.RCVHWM, 10)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(d.ipc)
+    x = np.ones((1, 2), np.float32)
+    n = 6000
+    try:
+        for i in range(n):  # well past both high-water marks, nothing read meanwhile
+            s.send_multipart([b'{"v":1,"id":%d,"model":"echo","inputs":[{"dtype":"float32",'
+                              b'"shape":[1,2]}]}' % i, x.tobytes()])
+        time.sleep(1.0)  # the daemon answers them all; most wait in its queue
+        ids = []
+        poller = zmq.Poller()
+        poller.register(s, zmq.POLLIN)
+        while len(ids) < n and poller.poll(10_000):
+            header = s.recv_multipart()[0]
+            ids.append(int(header.split(b'"id":')[1].split(b",")[0]))
+            assert b'"status":"OK"' in header, header
+    finally:
+        s.close()
+        ctx.term()
+    assert ids == list(range(n))
+    assert "past its high-water mark; its replies wait in order" in d.log()  # it did
+    with d.client() as c:  # and the daemon serves on
+        assert c.infer("echo", x).ok
+
+
 def test_rungs_added_to_a_served_model_serve_without_a_reload(tmp_path: Path) -> None:
     """``Model.add_rungs`` (a sent model's built ladder): the served variant serves on, the
     longer ladder can be swapped down, and a ladder whose top differs is refused unchanged."""

@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 
 from edged.batching.throttle import Throttle
-from edged.errors import DeadlineExceeded, Dropped, EdgedError, ResourceExhausted, Unavailable
+from edged.errors import (
+    DeadlineExceeded,
+    Dropped,
+    EdgedError,
+    ResourceExhausted,
+    Shed,
+    Unavailable,
+)
 
 log = logging.getLogger("edged.batcher")
 
@@ -34,6 +41,9 @@ class Result:
     batch: int
     #: a detector's boxes for this request, float32 [K, 6] (None for other models)
     detections: np.ndarray | None = None
+    #: the reply's ``detections`` entry when it is this request's own (a pipeline's: its
+    #: stages' columns, labels and batches); None: the model's (``detections_header``)
+    detections_header: dict[str, Any] | None = None
 
 
 #: called once per request with its outcome (the caller binds what it needs to reply)
@@ -91,7 +101,7 @@ class RequestQueue:
             raise Unavailable(f"model {self.model!r} is shutting down")
         shed = self.throttle.shed_priority_above
         if shed is not None and p.priority > shed:
-            raise ResourceExhausted(
+            raise Shed(
                 f"shed: the governor ({self.throttle.reason or 'overload'}) serves only "
                 f"priority <= {shed} requests; this one has priority {p.priority}"
             )

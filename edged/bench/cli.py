@@ -29,21 +29,37 @@ from edged.bench.soak import add_parser as add_soak
 from edged.bench.threads import Watch, report, worker_names
 from edged.testing.harness import machine_info, say_machine
 
+#: what ``edged bench --help`` says (the module docstring is for developers)
+DESCRIPTION = """\
+Load a running daemon and report throughput and latency (p50, p90, p99); with --raw, the
+same model run in process by ONNX Runtime beside it, and the daemon/raw ratios. With --peer
+triton|mlserver|kserve --onnx MODEL.onnx: start a daemon and that real KServe v2 server on
+the same file and compare them through the same clients (the server is installed into its
+own environment under ~/.cache/edged-peers the first time, from PyPI).
+
+  edged bench soak       start a daemon and hold it under mixed load for a long time
+  edged bench footprint  start a daemon: time to healthy, idle CPU, memory
+"""
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "bench", help="load a running daemon and report throughput and latency",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--endpoint", default="tcp://127.0.0.1:5555")
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--endpoint", default=None,
+                   help="the daemon's inference endpoint (default: $EDGED_ENDPOINT, else found "
+                        "as every edged command finds its daemon, said when guessed)")
     p.add_argument("--model", help="the model to load (required unless a subcommand is "
                    "given; with --peer: the name both servers serve it as, default 'model')")
     p.add_argument("--clients", type=int, default=None,
-                   help="client processes (default 1; with --floor: 8, for the throughput "
-                        "phase)")
+                   help="client processes (default 1; with --floor or --peer: 8, for the "
+                        "throughput phase)")
     p.add_argument("--in-flight", type=int, default=1,
                    help="requests each client keeps in flight (default 1)")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per round")
-    p.add_argument("--input", choices=("random", "image", "npy"), default="random")
+    p.add_argument("--input", choices=("random", "image", "npy"), default="random",
+                   help="what each request sends: random tensors (default), the --file image "
+                        "or the --file .npy")
     p.add_argument("--file", type=Path, help="the image (.jpg/.png) or .npy for --input")
     p.add_argument("--raw", type=Path, metavar="MODEL_FILE",
                    help="also run this ONNX file in process and print daemon/raw ratios")
@@ -57,7 +73,7 @@ def add_parser(subparsers: Any) -> None:
                         "default session options, a detector's decode+NMS), edged's own code")
     p.add_argument("--floor", action="store_true",
                    help="with --raw: also start the two floor servers (one-thread and "
-                        "batching, edged.bench.floor) for the same model and clients, and "
+                        "batching) for the same model and clients, and "
                         "print the daemon's ratios to raw and to each floor, interleaved: "
                         "batch-1 p50 with one client, throughput with --clients processes")
     p.add_argument("--rounds", type=int, default=1,
@@ -111,6 +127,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.clients is None:
         args.clients = 8 if args.floor else 1
+    if args.endpoint is None:
+        from edged.client.discover import Ambiguous, NotFound, find_endpoint
+
+        try:
+            found = find_endpoint(control=args.control)
+        except (Ambiguous, NotFound) as e:
+            print(f"edged bench: {e}".replace("--control ipc://PATH", "--endpoint ENDPOINT"),
+                  file=sys.stderr)
+            return 2
+        args.endpoint = found.address
+        if found.guessed:
+            print(f"edged bench: talking to {found.address} ({found.how}; --endpoint picks "
+                  "another)", file=sys.stderr)
     if args.protocol != "native" and (args.kserve is None or args.transport != "socket"
                                       or args.input == "image"):
         print(f"edged bench: --protocol {args.protocol} needs --kserve HOST:PORT and raw "

@@ -59,10 +59,18 @@ MB = 1024.0 * 1024.0
 PACKAGE = Path(__file__).resolve().parents[1]  # the edged package the daemon imports
 
 
+#: what ``edged bench footprint --help`` says (the module docstring is for developers)
+DESCRIPTION = """\
+Start a daemon on --config (private endpoints) --startups times: the time from start to
+healthy (median), then its idle CPU and memory, beside bare ONNX Runtime sessions of the
+same first variants.
+"""
+
+
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "footprint", help="start -> healthy, idle CPU and RSS of a daemon on a config",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", type=Path, default=Path("config.toml"),
                    help="the config to measure (default: config.toml); its endpoints, "
                         "metrics address and runtime dir are moved aside")

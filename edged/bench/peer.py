@@ -49,8 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peer", choices=KINDS,
                    help="start this real KServe v2 server and an edged daemon on the ONNX "
                         "file --onnx and compare them through the same tritonclient gRPC "
-                        "clients (edged.bench.peer); --clients is the many-client phase "
-                        "(default 8)")
+                        "clients at 1 and --clients client processes")
     p.add_argument("--onnx", type=Path, metavar="MODEL_FILE",
                    help="with --peer: the ONNX file both servers serve")
     p.add_argument("--max-batch-size", type=int, default=8,

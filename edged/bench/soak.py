@@ -38,13 +38,23 @@ from edged.bench.soak_probe import PROBE_FRACTIONS, measure_capacity
 from edged.bench.soak_report import print_report, summarise
 from edged.testing.harness import Daemon, machine_info
 
+#: what ``edged bench soak --help`` says (the module docstring is for developers)
+DESCRIPTION = """\
+Start a daemon on --config (private endpoints; a running edged is not touched) and hold it
+under a mix of valid, invalid, expiring and superseded requests at --load of its measured
+capacity for --duration seconds. Prints replies by status, lost replies, wrong answers,
+p50/p99 per window and the daemon's memory; exits 1 if a reply was lost or wrong, the
+daemon died or its memory grew more than --max-rss-growth percent.
+"""
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "soak", help="start a daemon and hold it at a share of its measured capacity",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="config.toml", help="the daemon's configuration")
-    p.add_argument("--model", default="digits")
+    p.add_argument("--model", default="digits",
+                   help="the digits classifier's name in --config (default digits)")
     p.add_argument("--digits", type=Path, default=DIGITS, metavar="DIR",
                    help="the digits model's directory (validation.npz, cnn-fp32.onnx): the "
                         "requests' images and the reference their answers are checked against")
@@ -59,16 +69,20 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--warmup", type=float, default=30.0,
                    help="seconds of load before the 'after warm-up' RSS sample")
     p.add_argument("--window", type=float, default=30.0, help="latency window, seconds")
-    p.add_argument("--transport", choices=("tcp", "ipc"), default="tcp")
+    p.add_argument("--transport", choices=("tcp", "ipc"), default="tcp",
+                   help="how the clients reach the daemon (default tcp)")
     p.add_argument("--valid", type=float, default=0.85, help="share of valid requests")
-    p.add_argument("--invalid", type=float, default=0.05)
-    p.add_argument("--expired", type=float, default=0.05)
-    p.add_argument("--stream", type=float, default=0.05)
+    p.add_argument("--invalid", type=float, default=0.05,
+                   help="share of requests the daemon must refuse (default 0.05)")
+    p.add_argument("--expired", type=float, default=0.05,
+                   help="share of requests whose deadline passes before they run (default 0.05)")
+    p.add_argument("--stream", type=float, default=0.05,
+                   help="share of stream frames a newer one replaces (default 0.05)")
     p.add_argument("--max-rss-growth", type=float, default=20.0,
                    help="percent growth after warm-up that fails the run")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="random seed of the mix (default 1)")
     p.add_argument("--json", type=Path, help="also write the report to this file")
-    p.add_argument("--verbose", "-v", action="store_true")
+    p.add_argument("--verbose", "-v", action="store_true", help="print each window as it ends")
     p.set_defaults(func=main)
 
 

@@ -1,25 +1,94 @@
-"""What the commands share: where a daemon is found, and the options that say so."""
+"""What the commands share: the options that name a daemon, and finding it by them.
+
+Every command that talks to a daemon finds it the same way (``edged.client.discover``):
+``--endpoint``/``--control``, else ``EDGED_ENDPOINT``/``EDGED_CONTROL``, else the
+config's endpoints and runtime directory, else the one running daemon, said aloud.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 
 DEFAULT_CONFIG = "config.toml"
-DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
+
+
+class CliError(Exception):
+    """A message for the user (printed after ``edged:``) and the exit status."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def add_client_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--endpoint", "-e", default=os.environ.get("EDGED_ENDPOINT", DEFAULT_ENDPOINT),
-                   help=f"daemon endpoint (default $EDGED_ENDPOINT or {DEFAULT_ENDPOINT})")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a reply")
-    p.add_argument("--server-key", help="CURVE: the server's public certificate (server.key)")
-    p.add_argument("--client-key", help="CURVE: this client's certificate (NAME.key_secret)")
+    """Options of a command that sends requests to an inference endpoint."""
+    p.add_argument("--endpoint", "-e", metavar="ENDPOINT",
+                   help="the daemon's inference endpoint, e.g. tcp://127.0.0.1:5555 "
+                        "(default: $EDGED_ENDPOINT, else asked of the daemon found as for "
+                        "--control)")
+    _add_daemon_args(p, timeout=10.0)
+    p.add_argument("--server-key", metavar="FILE",
+                   help="CURVE: the daemon's public key file (server.key)")
+    p.add_argument("--client-key", metavar="FILE",
+                   help="CURVE: this client's secret key file (NAME.key_secret)")
 
 
 def add_control_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--control", default=os.environ.get("EDGED_CONTROL"),
-                   help="control endpoint (default $EDGED_CONTROL, else the control.sock found "
-                        "in $RUNTIME_DIRECTORY, /run/edged, $XDG_RUNTIME_DIR/edged or the "
-                        "newest /tmp/edged-*)")
-    p.add_argument("--timeout", type=float, default=60.0)
+    """Options of a command that speaks to the daemon's control socket."""
+    _add_daemon_args(p, timeout=60.0)
+
+
+def _add_daemon_args(p: argparse.ArgumentParser, timeout: float) -> None:
+    p.add_argument("--control", metavar="ipc://PATH",
+                   help="the daemon's control socket (default: $EDGED_CONTROL, else the one "
+                        "--config pins down, else the only daemon running here)")
+    p.add_argument("--config", "-c", metavar="FILE",
+                   help="find the daemon serving this config file")
+    p.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
+                   help=f"seconds to wait for a reply (default {timeout:g})")
+
+
+def control_for(args: argparse.Namespace) -> str:
+    """The control endpoint ``args`` mean; says so on stderr when it was a guess."""
+    from edged.client.discover import Ambiguous, NotFound, find_daemon
+
+    try:
+        found, _ = find_daemon(control=args.control, config_path=args.config)
+    except (Ambiguous, NotFound) as e:
+        raise CliError(str(e)) from None
+    except _config_errors() as e:
+        raise CliError(_config_problem(e)) from None
+    if found.guessed:
+        print(f"edged: talking to {found.address} ({found.how}; --control picks another)",
+              file=sys.stderr)
+    return found.address
+
+
+def endpoint_for(args: argparse.Namespace) -> str:
+    """The inference endpoint ``args`` mean; says so on stderr when it was a guess."""
+    from edged.client.discover import Ambiguous, NotFound, find_endpoint
+
+    try:
+        found = find_endpoint(endpoint=args.endpoint, control=args.control,
+                              config_path=args.config, prefer_tcp=bool(args.server_key))
+    except (Ambiguous, NotFound) as e:
+        raise CliError(str(e).replace("--control ipc://PATH",
+                                      "--endpoint ENDPOINT or --control ipc://PATH")) from None
+    except _config_errors() as e:
+        raise CliError(_config_problem(e)) from None
+    if found.guessed:
+        print(f"edged: talking to {found.address} ({found.how}; --endpoint picks another)",
+              file=sys.stderr)
+    return found.address
+
+
+def _config_errors() -> tuple[type[Exception], ...]:
+    from edged.errors import ConfigError
+
+    return (ConfigError, OSError)
+
+
+def _config_problem(e: Exception) -> str:
+    problems = getattr(e, "problems", None)
+    return "--config: " + ("; ".join(problems) if problems else str(e))

@@ -1,4 +1,8 @@
-"""``edged status`` and ``edged ctl``: the daemon's control endpoint, for an operator."""
+"""``edged status`` and ``edged ctl``: the daemon's control endpoint, for an operator.
+
+An action answers in one line saying what changed (``level hot (pinned by operator)``);
+``--json`` prints the daemon's reply instead.
+"""
 
 from __future__ import annotations
 
@@ -7,35 +11,48 @@ import json
 import sys
 from typing import Any
 
-from edged.cli.common import add_control_args
+from edged.cli.common import add_control_args, control_for
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    st = sub.add_parser("status", help="a readable summary from the control endpoint")
-    st.add_argument("--json", action="store_true")
+    st = sub.add_parser("status", help="models, variants, listeners and the governor level, "
+                                       "and why a model runs below its top rung")
+    st.add_argument("--json", action="store_true", help="print the daemon's whole status reply")
     add_control_args(st)
 
-    ctl = sub.add_parser("ctl", help="operator actions on the control endpoint")
-    add_control_args(ctl)
-    csub = ctl.add_subparsers(dest="action", required=True)
-    csub.add_parser("status")
-    csub.add_parser("models")
-    csub.add_parser("reload")
-    for a in ("load", "unload"):
-        csub.add_parser(a).add_argument("model")
-    lv = csub.add_parser("level", help="pin a governor level, or 'auto'")
-    lv.add_argument("level")
-    sw = csub.add_parser("swap", help="pin a model to a variant by hand ('auto' releases); "
-                                      "a governor level needing a lighter one still wins")
-    sw.add_argument("model")
-    sw.add_argument("variant")
+    ctl = sub.add_parser("ctl", help="operator actions: reload, load, unload, pin a level "
+                                     "or a variant")
+    csub = ctl.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def action(name: str, help_: str) -> argparse.ArgumentParser:
+        a = csub.add_parser(name, help=help_)
+        a.add_argument("--json", action="store_true",
+                       help="print the daemon's reply instead of the one-line summary")
+        add_control_args(a)
+        return a
+
+    action("status", "the daemon's status reply, as JSON")
+    action("models", "the models and their variants, as JSON")
+    action("reload", "re-read the config and changed model files (like systemctl reload); "
+                     "says what changed")
+    for a, what in (("load", "load a model the config lists"),
+                    ("unload", "stop serving a model until it is loaded again")):
+        action(a, what).add_argument("model", help="the model's name")
+    lv = action("level", "hold the governor at a level by name (normal, warm, hot with "
+                         "levels = auto), or auto to release it")
+    lv.add_argument("level", help="a level name from the config's [governor], or auto")
+    sw = action("swap", "pin a model to a variant by hand (auto releases it); a governor "
+                        "level needing a lighter one still wins")
+    sw.add_argument("model", help="the model's name")
+    sw.add_argument("variant", help="one of the model's variants, or auto")
 
 
 def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | None:
     from edged.client import ControlClient, EdgedClientError
 
+    control = control_for(args)
     try:
-        with ControlClient(args.control, args.timeout) as c:
+        with ControlClient(control, args.timeout) as c:
             op = msg.pop("op")
             return c.call(op, raise_on_error=False, **msg)
     except EdgedClientError as e:  # no socket, no reply, or a field refused before sending
@@ -54,8 +71,55 @@ def cmd_ctl(args: argparse.Namespace) -> int:
     r = _control(args, msg)
     if r is None:
         return 3
-    print(json.dumps(r, indent=2))
-    return 0 if r.get("status") == "OK" else 1
+    ok = r.get("status") == "OK"
+    if args.json or args.action in ("status", "models"):
+        print(json.dumps(r, indent=2))
+    elif ok:
+        print(action_line(args.action, r))
+    else:
+        print(f"edged: {r.get('status')}: {r.get('error')}", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def action_line(action: str, r: dict[str, Any]) -> str:
+    """What an OK control reply changed, in one line."""
+    if action == "level":
+        return level_line(r.get("governor") or {})
+    if action == "reload":
+        return reload_line(r.get("reload") or {})
+    m = r.get("model") or {}
+    if action == "swap":
+        pin = r.get("pin")
+        line = f"{m.get('name')}: {m.get('active_variant')} serves"
+        line += f" (pinned by {pin['by']})" if pin else " (pin released)"
+        if r.get("held_by_governor"):
+            line += f"; {r['held_by_governor']}"
+        return line
+    if action == "load":
+        return f"{m.get('name')}: {m.get('state')} ({m.get('active_variant')})"
+    return f"{m.get('name')}: {m.get('state')}"
+
+
+def level_line(g: dict[str, Any]) -> str:
+    """``level hot (pinned by operator)`` / ``level normal (automatic): why``."""
+    if g.get("pinned"):
+        return f"level {g.get('level')} (pinned by operator; automatic: " \
+               f"{g.get('automatic_level')}; edged ctl level auto releases it)"
+    why = f": {g['reason']}" if g.get("reason") else ""
+    return f"level {g.get('level')} (automatic){why}"
+
+
+def reload_line(rl: dict[str, Any]) -> str:
+    """``reload: changed digits (cnn-fp32: ... bytes changed); added -; removed -``."""
+    why = rl.get("why") or {}
+    parts = []
+    for key in ("added", "changed", "removed"):
+        names = rl.get(key) or []
+        if names:
+            parts.append(f"{key} " + ", ".join(
+                f"{n} ({why[n]})" if n in why else n for n in names))
+    took = f" in {rl['ms']:.0f} ms" if rl.get("ms") is not None else ""
+    return "reload: " + ("; ".join(parts) if parts else "nothing changed") + took
 
 
 def cmd_status(args: argparse.Namespace) -> int:

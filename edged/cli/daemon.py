@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from edged.cli.common import DEFAULT_CONFIG
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("serve", help="run the daemon")
-    s.add_argument("--config", "-c", default=DEFAULT_CONFIG)
+    s.add_argument("--config", "-c", default=DEFAULT_CONFIG, metavar="FILE",
+                   help=f"the config file (default {DEFAULT_CONFIG})")
     s.add_argument("--endpoint", action="append", dest="endpoints", metavar="ENDPOINT",
                    help="inference endpoint (repeatable; replaces [server] endpoints)")
     s.add_argument("--metrics", metavar="HOST:PORT", help="metrics listen address, or 'off'")
-    s.add_argument("--runtime-dir", help="directory for ipc:// sockets")
-    s.add_argument("--control", help="control endpoint (ipc://...)")
-    s.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    s.add_argument("--runtime-dir", metavar="DIR",
+                   help="directory for relative ipc:// sockets (replaces [server] runtime_dir)")
+    s.add_argument("--control", metavar="ipc://PATH",
+                   help="control socket (replaces [server] control)")
+    s.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                   help="replaces [server] log_level")
 
-    c = sub.add_parser("check", help="validate a config and load every artifact")
-    c.add_argument("config", nargs="?", default=DEFAULT_CONFIG)
+    c = sub.add_parser("check", help="validate a config and load every model file")
+    c.add_argument("config", nargs="?", default=DEFAULT_CONFIG,
+                   help=f"the config file (default {DEFAULT_CONFIG})")
     c.add_argument("--verify", action="store_true",
                    help="also check every variant against the model's reference on this "
-                        "device, as a swap would, and print each measure (edged.device.go_live)")
+                        "device, as a swap would, and print each measure")
     c.add_argument("--json", action="store_true", help="with --verify: machine-readable")
 
 
@@ -73,7 +79,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         for p in e.problems:
             print(f"  - {p}")
         return 1
-    problems = 0
+    bad = ipc_problems(cfg)
+    for p in bad:
+        print(f"FAIL {p}")
+    problems = len(bad)
     metrics = Metrics()  # the heads' series; nothing is exported
     for m in cfg.models:
         head = open_head(m, metrics, Preprocessor(m.preprocess) if m.preprocess else None)
@@ -90,7 +99,45 @@ def cmd_check(args: argparse.Namespace) -> int:
                   f"loaded+warmed in {loaded.load_s * 1000:.0f} ms; inputs: {ins}")
             backend.close()
     if problems:
-        print(f"{problems} artifact(s) failed to load")
+        print(f"{problems} problem(s): an endpoint that cannot be bound or a model file that "
+              "failed to load")
         return 1
-    print(f"{args.config}: OK ({len(cfg.models)} model(s))")
+    piped = f", {len(cfg.pipelines)} pipeline(s)" if cfg.pipelines else ""
+    print(f"{args.config}: OK ({len(cfg.models)} model(s){piped})")
     return 0
+
+
+def ipc_problems(cfg: Any) -> list[str]:
+    """``ipc://`` endpoints ``edged serve`` could not bind, or Frigate could not find: an
+    absolute path whose folder does not exist or this user cannot write (``serve`` would
+    fail with "No such file or directory"), and a relative path on a Frigate endpoint (it
+    lands in the daemon's runtime directory, a private ``/tmp/edged-*`` unless
+    ``runtime_dir`` is set, which Frigate has no way to know)."""
+    import os
+    from pathlib import Path
+
+    out = []
+    named = [(f"server.endpoints[{i}]", e) for i, e in enumerate(cfg.server.endpoints)]
+    named.append(("server.control", cfg.server.control))
+    named += [(f"server.frigate[{i}].endpoint", f.endpoint)
+              for i, f in enumerate(cfg.server.frigate)]
+    for key, e in named:
+        if not e.startswith("ipc://") or e.startswith("ipc://@"):
+            continue
+        rest = e[len("ipc://"):]
+        if not rest.startswith("/"):
+            if key.startswith("server.frigate") and cfg.server.runtime_dir is None:
+                out.append(f"{cfg.file}: {key}: {e} is relative, so it lands in the daemon's "
+                           "runtime directory ($RUNTIME_DIRECTORY, else $XDG_RUNTIME_DIR/edged, "
+                           "else a new /tmp/edged-*), which Frigate cannot know: give an "
+                           "absolute path in a folder Frigate sees, e.g. "
+                           "ipc:///run/edged/frigate.sock (a volume shared with its container)")
+            continue
+        folder = Path(rest).parent
+        if not folder.is_dir():
+            out.append(f"{cfg.file}: {key}: {e}: its folder {folder} does not exist (create it, "
+                       "or use a path in an existing folder)")
+        elif not os.access(folder, os.W_OK | os.X_OK):
+            out.append(f"{cfg.file}: {key}: {e}: its folder {folder} is not writable by this "
+                       f"user (uid {os.getuid()}), so the socket cannot be made there")
+    return out

@@ -12,8 +12,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     fr = sub.add_parser("frigate", help="Frigate integration helpers (docs/frigate.md)")
     fsub = fr.add_subparsers(dest="frigate_cmd", required=True)
     fl = fsub.add_parser("labelmap", help="print a Frigate labelmap file for a detection model")
-    fl.add_argument("model")
-    fl.add_argument("--config", "-c", default=DEFAULT_CONFIG)
+    fl.add_argument("model", help="a detection model of the config")
+    fl.add_argument("--config", "-c", default=DEFAULT_CONFIG, metavar="FILE",
+                    help=f"the config file (default {DEFAULT_CONFIG})")
     fl.add_argument("--endpoint", type=int, default=None, metavar="INDEX",
                     help="use the class_map of [[server.frigate]] number INDEX (from 0); "
                          "default: the first one serving MODEL")

@@ -11,7 +11,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     k = sub.add_parser("keys", help="CURVE key management")
     ksub = k.add_subparsers(dest="keys_cmd", required=True)
     kg = ksub.add_parser("generate", help="write NAME.key (public) and NAME.key_secret")
-    kg.add_argument("name")
+    kg.add_argument("name", help="whose keys: server, or a client's name")
     kg.add_argument("--dir", default=".", help="output directory")
 
 

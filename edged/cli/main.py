@@ -9,10 +9,12 @@ only when one of them runs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
 from edged.cli import ctl, daemon, frigate, keys, requests
+from edged.cli.common import CliError
 
 #: Subcommands whose parsers live in (and import) their own modules.
 _HEAVY = ("bench", "compile", "governor", "device-check", "isa-check")
@@ -22,9 +24,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser, or for a ``command`` not in ``_HEAVY`` one without those
     commands' parsers: building them imports their modules (numpy, the load generator,
     the governor), ~25 ms of ``edged serve``'s start-up."""
-    ap = argparse.ArgumentParser(prog="edged", description="An on-device inference daemon.")
-    ap.add_argument("--version", action="version", version=f"edged {_version()}")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap = argparse.ArgumentParser(prog="edged", description=DESCRIPTION,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"edged {_version()}",
+                    help="print the version and exit")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     for group in (daemon, requests, ctl, keys, frigate):
         group.add_parsers(sub)
     if command is not None and command not in _HEAVY:
@@ -47,6 +51,30 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return ap
 
 
+#: The top-level help: every command, in the order a new user meets them.
+DESCRIPTION = """\
+An on-device inference daemon: serves model variants over ZeroMQ (and Frigate's and
+KServe's protocols) with dynamic batching, and a governor that steps down to lighter
+variants when the device gets hot.
+
+commands:
+  serve         run the daemon
+  check         check a config and load every model file (--verify: against the reference)
+  infer         send one image or tensor to a model and print the answer
+  models        the models a daemon serves
+  health        OK when every required model is ready
+  status        what a daemon runs and why (models, listeners, governor)
+  ctl           operator actions: reload, load, unload, level, swap
+  compile       turn an ONNX model into a checked, timed ladder of variants
+  bench         load a running daemon and report throughput and latency
+  governor      replay a recorded temperature trace through the governor
+  device-check  what this device can run, and how fast
+  isa-check     check --verify and the model tests on an emulated older x86-64 CPU
+  frigate       files Frigate needs (labelmap)
+  keys          CURVE key pairs for encrypted TCP
+"""
+
+
 def _version() -> str:
     from edged import __version__
 
@@ -56,11 +84,27 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     first = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(first if first in _COMMANDS else None).parse_args(argv)
     try:
+        args = build_parser(first if first in _COMMANDS else None).parse_args(argv)
         return int(_COMMANDS[args.cmd](args) or 0)
+    except CliError as e:
+        print(f"edged: {e}", file=sys.stderr)
+        return e.code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``edged models | head``): no traceback, and none from the
+    interpreter's own flush of stdout at exit either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141  # as a shell reports a process ended by SIGPIPE
 
 
 def cmd_governor(args: argparse.Namespace) -> int:

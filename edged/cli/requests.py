@@ -8,31 +8,36 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edged.cli.common import add_client_args
+from edged.cli.common import add_client_args, endpoint_for
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     i = sub.add_parser("infer", help="send one image or .npy tensor and print the result")
-    i.add_argument("model")
+    i.add_argument("model", help="the model's name (edged models lists them)")
     i.add_argument("input", help="a .jpg/.png image or a .npy tensor")
     i.add_argument("--top", type=int, default=3, help="classes to print (classifiers)")
     i.add_argument("--json", action="store_true", help="print the raw reply header")
-    i.add_argument("--labels", help="file with one label per line")
+    i.add_argument("--labels", metavar="FILE",
+                   help="classifiers: a file with one class name per line")
     i.add_argument("--draw", metavar="OUT.jpg",
                    help="detectors: write the image with the boxes and labels drawn")
     i.add_argument("--conf", type=float, help="detectors: score threshold for this request")
     add_client_args(i)
 
-    for name, help_ in (("models", "list the models the daemon serves"),
-                        ("health", "is the daemon ready?")):
+    for name, help_, json_help in (
+            ("models", "list the models the daemon serves, their state and variant",
+             "print the daemon's whole models reply"),
+            ("health", "print OK when every required model is ready, else what is not",
+             "print the daemon's whole health reply (models, governor)")):
         p = sub.add_parser(name, help=help_)
+        p.add_argument("--json", action="store_true", help=json_help)
         add_client_args(p)
 
 
 def _client(args: argparse.Namespace) -> Any:
     from edged.client import Client
 
-    return Client(args.endpoint, args.timeout, args.server_key, args.client_key)
+    return Client(endpoint_for(args), args.timeout, args.server_key, args.client_key)
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
@@ -50,7 +55,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
         with _client(args) as c:
             r = c.infer(args.model, inputs, raise_on_error=False, **opts)
     except ClientTimeout as e:
-        print(f"edged: {args.endpoint}: {e} (is the daemon running?)", file=sys.stderr)
+        print(f"edged: {e} (is the daemon running?)", file=sys.stderr)
         return 3
     except ValueError as e:
         print(f"edged: {e}", file=sys.stderr)
@@ -82,7 +87,10 @@ def _print_detections(dets: Any, image: Path, draw: str | None) -> int:
     from edged.detect.table import detections_table
 
     names = [dets.labels.get(k, str(k)) for k in range(max(dets.labels, default=-1) + 1)]
-    print(detections_table(dets.rows, names))
+    # a pipeline's stages: each box's label, or why it has none (docs/pipelines.md)
+    extra = [(stage, [dets.stage_label(stage, k) or f"({dets.stage_state(stage, k)})"
+                      for k in range(len(dets))]) for stage in dets.stages]
+    print(detections_table(dets.rows, names, extra))
     if draw:
         import cv2
 
@@ -92,19 +100,51 @@ def _print_detections(dets: Any, image: Path, draw: str | None) -> int:
         if img is None:
             print(f"edged: --draw needs an image file; {image} is not one", file=sys.stderr)
             return 2
-        cv2.imwrite(draw, draw_detections(img, dets.rows, names))
+        cv2.imwrite(draw, draw_detections(img, dets.rows[:, :6], names))
         print(f"wrote {draw}")
     return 0
 
 
 def cmd_simple(args: argparse.Namespace) -> int:
+    """``edged models`` / ``edged health``: a few lines for a person, ``--json`` for the
+    reply as the daemon sent it."""
     from edged.client import ClientTimeout
 
     try:
         with _client(args) as c:
             r = c.health() if args.cmd == "health" else c.models()
     except ClientTimeout as e:
-        print(f"edged: {args.endpoint}: {e} (is the daemon running?)", file=sys.stderr)
+        print(f"edged: {e} (is the daemon running?)", file=sys.stderr)
         return 3
-    print(json.dumps(r.header, indent=2))
+    if args.json:
+        print(json.dumps(r.header, indent=2))
+    elif args.cmd == "health":
+        print(health_line(r.header))
+    elif not r.ok:
+        print(f"edged: {r.header.get('status')}: {r.header.get('error')}", file=sys.stderr)
+    else:
+        print(models_table(r.header.get("models") or []))
     return 0 if r.ok else 1
+
+
+def health_line(h: dict[str, Any]) -> str:
+    """``OK``, or what is not ready in one line (the daemon's phase and the models that
+    are not ready)."""
+    if h.get("status") == "OK":
+        return "OK"
+    models = h.get("models") or {}
+    waiting = ", ".join(f"{name} {state}" for name, state in models.items() if state != "ready")
+    state = h.get("state")
+    parts = [f"daemon {state}"] if state and state != "serving" else []
+    if waiting:
+        parts.append(f"not ready: {waiting}")
+    return "NOT READY: " + ("; ".join(parts) or str(h.get("error") or h.get("status")))
+
+
+def models_table(models: list[dict[str, Any]]) -> str:
+    """One line per model: name, state, the variant serving, the ladder."""
+    rows = [("MODEL", "STATE", "VARIANT", "LADDER (heaviest first)")]
+    rows += [(m["name"], m.get("state") or "-", m.get("active_variant") or "-",
+              " > ".join(m.get("variants") or [])) for m in models]
+    w = [max(len(r[i]) for r in rows) + 2 for i in range(3)]
+    return "\n".join(f"{r[0]:<{w[0]}}{r[1]:<{w[1]}}{r[2]:<{w[2]}}{r[3]}" for r in rows)

@@ -17,44 +17,30 @@ def format_status(r: dict[str, Any]) -> str:
         f"edged {r['version']}  pid {r['pid']}  {r['state']}  up {int(up // 3600)}h"
         f"{int(up % 3600 // 60):02d}m{int(up % 60):02d}s  {r['requests_per_second']} req/s",
         f"config    {r['config']}",
-        f"endpoints {', '.join(r['endpoints'])}",
-        f"control   {r['control']}    metrics {r['metrics'] or 'off'}",
-        *(["frigate   " + ", ".join(f"{a} -> {m}" for a, m in r["frigate"].items())]
-          if r.get("frigate") else []),
+        f"control   {r['control']}",
+        f"metrics   {r['metrics'] or 'off'}",
+        "",
+        *table(["LISTENER", "ADDRESS", "SERVES"], listener_rows(r)),
         *(f"rungs {a}: {g.get('state')} {g.get('progress') or g.get('error') or ''}"
           for a, g in (r.get("frigate_rungs") or {}).items()),
         "",
-        f"{'MODEL':<16}{'STATE':<9}{'VARIANT':<20}{'BACKEND':<12}{'QUEUE':>10}{'SERVED':>9}"
-        f"{'P50 ms':>9}{'P99 ms':>9}",
     ]
+    rows = []
     for m in r["models"]:
         q = f"{m['queue_depth']}/{m['max_queue']}"
         p50 = "-" if m.get("p50_ms") is None else f"{m['p50_ms']:.2f}"
         p99 = "-" if m.get("p99_ms") is None else f"{m['p99_ms']:.2f}"
-        lines.append(f"{m['name']:<16}{m['state']:<9}{m['active_variant'] or '-':<20}"
-                     f"{m['backend'] or '-':<12}{q:>10}{m.get('served', 0):>9}{p50:>9}{p99:>9}")
-        if m.get("error"):
-            lines.append(f"  error: {m['error']}")
-        if m.get("backend") == "openvino" and m.get("runtime"):
-            lines.append(_openvino_line(m["runtime"]))
-        ladder = " > ".join(f"[{v}]" if v == m["active_variant"] else v for v in m["variants"])
-        lines.append(f"  ladder: {ladder}")
-        streams = m.get("streams") or {}
-        if streams.get("tracked"):
-            fps = streams.get("max_stream_fps")
-            lines.append(f"  streams: {streams['tracked']} (of at most {streams['max_streams']})"
-                         + (f", limit {fps:g} fps" if fps else ""))
-            for s in streams.get("top") or []:
-                lines.append(f"    {s['stream'][:24]:<25}received {s['received']:>7}  served "
-                             f"{s['served']:>7}  stale {s['dropped_stale']:>6}  rate-limited "
-                             f"{s['dropped_rate']:>6}")
-        if m.get("pin"):
-            lines.append(f"  pinned: {m['pin']['variant']} by {m['pin']['by']} "
-                         "(edged ctl swap MODEL auto releases it)")
-        load = m.get("overload") or {}
-        if load.get("asks"):
-            lines.append(f"  load asks for {load['asks']}: {load['reason']}")
+        rows.append([m["name"], m["state"], m["active_variant"] or "-", m["backend"] or "-",
+                     q, str(m.get("served", 0)), p50, p99])
+    header = ["MODEL", "STATE", "VARIANT", "BACKEND", "QUEUE", "SERVED", "P50 ms", "P99 ms"]
+    model_lines = table(header, rows, right={4, 5, 6, 7})
+    lines.append(model_lines[0])
     g = r.get("governor")
+    for m, row in zip(r["models"], model_lines[1:], strict=True):
+        lines.append(row)
+        lines.extend(_model_details(m, g))
+    for p in r.get("pipelines") or []:
+        lines.extend(_format_pipeline(p))
     lines.append("")
     if not g:
         lines.append("governor  disabled")
@@ -76,6 +62,134 @@ def _format_offload(o: dict[str, Any]) -> list[str]:
                  f"unused: {m['unused']}" if m.get("unused") else "up")
         lines.append(f"  {name} -> {m['remote_model']} (counts as {m['counts_as']}): {state}")
     return lines
+
+
+def table(header: list[str], rows: list[list[str]],
+          right: frozenset[int] | set[int] = frozenset()
+          ) -> list[str]:
+    """Columns as wide as their longest cell plus two spaces, so a long endpoint or
+    model name never runs into the next column."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        out = [f"{c:>{w}}" if i in right else f"{c:<{w}}"
+               for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        return "  ".join(out).rstrip()
+
+    return [line(header), *(line([str(c) for c in row]) for row in rows)]
+
+
+def listener_rows(r: dict[str, Any]) -> list[list[str]]:
+    """Every bound address: the native endpoints, Frigate's, KServe's (the status reply's
+    ``listeners``; from ``endpoints`` for a daemon older than that)."""
+    listeners = r.get("listeners")
+    if listeners is None:
+        listeners = [{"protocol": "native", "address": e, "serves": ""}
+                     for e in r.get("endpoints") or []]
+    return [[li["protocol"], li["address"], li.get("serves") or "every model"]
+            for li in listeners]
+
+
+def _model_details(m: dict[str, Any], g: dict[str, Any] | None) -> list[str]:
+    lines = []
+    if m.get("error"):
+        lines.append(f"  error: {m['error']}")
+    if m.get("backend") == "openvino" and m.get("runtime"):
+        lines.append(_openvino_line(m["runtime"]))
+    ladder = " > ".join(f"[{v}]" if v == m["active_variant"] else v for v in m["variants"])
+    lines.append(f"  ladder: {ladder}")
+    if m.get("digest"):
+        lines.append(f"  artifact: {m.get('path')} sha256 {m['digest'][:16]}")
+    held = held_below_top(m, g)
+    if held:
+        lines.append(f"  below its top rung: {held}")
+    streams = m.get("streams") or {}
+    if streams.get("tracked"):
+        fps = streams.get("max_stream_fps")
+        lines.append(f"  streams: {streams['tracked']} (of at most {streams['max_streams']})"
+                     + (f", limit {fps:g} fps" if fps else ""))
+        for s in streams.get("top") or []:
+            lines.append(f"    {s['stream'][:24]:<25}received {s['received']:>7}  served "
+                         f"{s['served']:>7}  stale {s['dropped_stale']:>6}  rate-limited "
+                         f"{s['dropped_rate']:>6}")
+    if m.get("pin"):
+        lines.append(f"  pinned: {m['pin']['variant']} by {m['pin']['by']} "
+                     "(edged ctl swap MODEL auto releases it)")
+    load = m.get("overload") or {}
+    if load.get("asks"):
+        lines.append(f"  load asks for {load['asks']}: {load['reason']}")
+    return lines
+
+
+def held_below_top(m: dict[str, Any], g: dict[str, Any] | None) -> str | None:
+    """Why a model serves a rung below its top one, from what the status reply says:
+    an operator's pin, the load, the governor's level, or the swap budget holding it
+    there until it may step back up; None when it serves its top rung."""
+    variants, active = m.get("variants") or [], m.get("active_variant")
+    if active not in variants or variants.index(active) == 0:
+        return None
+    index = variants.index(active)
+    why = []
+    pin = m.get("pin") or {}
+    if pin.get("variant") in variants and variants.index(pin["variant"]) >= index:
+        why.append(f"pinned to {pin['variant']} by {pin.get('by', 'operator')}")
+    load = m.get("overload") or {}
+    if load.get("asks") in variants and variants.index(load["asks"]) >= index:
+        why.append(f"overload: the load asks for {load['asks']} ({load.get('reason')})")
+    if g and "level" in g:
+        acts = g.get("actions") or {}
+        per_model = ((g.get("prediction") or {}).get("models") or {}).get(m.get("name")) or {}
+        steps = per_model.get("rung", acts.get("ladder_steps")) or 0
+        budget = g.get("swap_budget") or {}
+        wanted, hold = budget.get("ladder_wanted"), budget.get("hold_s") or 0.0
+        pinned = " (pinned by operator)" if g.get("pinned") else ""
+        if wanted is not None and wanted < steps and hold > 0:
+            why.append(f"swap budget: level {g['level']}{pinned} wants {wanted} step(s) down, "
+                       f"{steps} applied; it steps back one rung in {hold:.0f} s (at most one "
+                       f"change per {budget.get('min_interval_s', 0):g} s)")
+        elif steps >= index:
+            why.append(f"governor level {g['level']}{pinned} steps the ladder {steps} "
+                       f"rung(s) down")
+    if not why:
+        swap = m.get("last_swap") or {}
+        why.append(f"the last swap up failed: {swap['error']}" if swap.get("error")
+                   else "a swap back up is pending")
+    return "; ".join(why)
+
+
+def _ladder(m: dict[str, Any]) -> str:
+    return " > ".join(f"[{v}]" if v == m.get("active_variant") else v
+                      for v in m.get("variants") or []) or "-"
+
+
+def _format_pipeline(p: dict[str, Any]) -> list[str]:
+    """A pipeline: its state, each member with its variants (the active one bracketed),
+    and where the governor or the load has put it on its step-down plan."""
+    p50 = "-" if p.get("p50_ms") is None else f"{p['p50_ms']:.2f}"
+    p99 = "-" if p.get("p99_ms") is None else f"{p['p99_ms']:.2f}"
+    det = p["detector"]
+    out = ["", f"PIPELINE {p['name']}  {p['state']}  served {p.get('served', 0)}  "
+               f"p50 {p50} ms  p99 {p99} ms"]
+    if p.get("error"):
+        out.append(f"  error: {p['error']}")
+    out.append(f"  {'detector':<16}{det['model']:<14}{det['state']:<9}{_ladder(det)}")
+    for s in p.get("stages") or []:
+        how = "optional" if s.get("optional") else "required"
+        extra = f", reused {s['reinfer_interval']} frames" if s.get("reinfer_interval") else ""
+        state = "shed" if s.get("shed") else s["state"]
+        out.append(f"  {'stage ' + s['name']:<16}{s['model']:<14}{state:<9}{_ladder(s)}  "
+                   f"({how}, K={s['max_crops']}{extra})")
+        if s.get("error"):
+            out.append(f"    error: {s['error']}")
+    sd = p.get("step_down") or {}
+    where = f"position {sd.get('position', 0)}/{len(sd.get('positions') or [1]) - 1}: " \
+            f"{sd.get('at')}"
+    out.append(f"  step-down order: {', '.join(sd.get('order') or [])}; {where}"
+               + (f" ({sd['reason']})" if sd.get("reason") else ""))
+    load = p.get("overload") or {}
+    if load.get("asks"):
+        out.append(f"  load asks for {load['asks']}: {load['reason']}")
+    return out
 
 
 def _openvino_line(rt: dict[str, Any]) -> str:

@@ -21,20 +21,24 @@ from edged.compile.context import Context
 from edged.compile.tvm_build import TargetChoice
 from edged.compile.validate import Validation, compare, predict
 from edged.config.runtimes import BackendOptions, read_options
-from edged.config.schema import Table
+from edged.config.schema import Table, raise_if_problems
 from edged.model.artifact import open_artifact
 from edged.verify.golden import MAX_SAMPLES, write_golden
 
 
-def open_variant(backend: str, path: Path, threads: int | None, max_batch: int) -> Backend:
-    """``path`` opened as the daemon would, with ``threads`` CPU threads and no compiled-
-    blob cache (it is timed once here; the daemon keeps a cache of its own)."""
-    settings: dict[str, object] = {}
+def open_variant(backend: str, path: Path, threads: int | None, max_batch: int,
+                 options: dict[str, Any] | None = None) -> Backend:
+    """``path`` opened as the daemon would with the ``options`` its sidecar gives the
+    served variant (OpenVINO's bf16 rung: ``precision = "bf16"``), with ``threads`` CPU
+    threads and no compiled-blob cache (it is timed once here; the daemon keeps one)."""
+    settings: dict[str, object] = dict(options or {})
     if threads and backend in ("onnxruntime", "tvm", "openvino"):
         settings["threads"] = threads
     if backend == "openvino":
         settings["cache"] = False
-    options: BackendOptions = read_options(backend, Table(settings, "options", "edged compile"))
+    table = Table(settings, "options", f"{path.name}'s sidecar")
+    options: BackendOptions = read_options(backend, table)
+    raise_if_problems(table.problems)
     return open_artifact(backend, path, options, max_batch)[0]
 
 
@@ -80,7 +84,7 @@ def check_variant(ctx: Context, path: Path) -> str:
     if backend == "tvm" and not TargetChoice(meta.get("target") or {}, "").runs_here:
         ctx.say(f"{path.name}: not validated or timed here (built for another machine)")
         return "not checked here"
-    be = open_variant(backend, path, o.threads, o.max_batch)
+    be = open_variant(backend, path, o.threads, o.max_batch, meta.get("options"))
     try:
         v = _validate(ctx, be)
         s = bench.measure(be, o.max_batch, o.bench_runs, threads=o.threads)
@@ -158,7 +162,7 @@ def confirmer(ctx: Context) -> ladder.Confirm:
         try:
             for e in (upper, lower):
                 opened.append(open_variant(e.get("backend", "onnxruntime"), e["_artifact"],
-                                           o.threads, o.max_batch))
+                                           o.threads, o.max_batch, e.get("options")))
             ratios = bench.compare(opened[0], opened[1], o.max_batch, o.bench_runs)
         except Exception as ex:  # built for another machine, no GPU, ...: keep the figures
             ctx.say(f"ladder: cannot re-time {upper.get('name')} against {lower.get('name')} "

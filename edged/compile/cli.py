@@ -35,6 +35,19 @@ from edged.compile.options import (
 )
 from edged.compile.steps import EXTRA_STEPS, STEP_NAMES
 
+#: what ``edged compile --help`` says (the module docstring is for developers)
+DESCRIPTION = """\
+Build the variants of an ONNX model for this device (ONNX Runtime optimized, FP16, INT8,
+OpenVINO, TVM, TensorRT), check each against the original on validation data, time it,
+and write into --out: every artifact, variants.toml (the ladder, heaviest first) and
+edged.toml (a config edged serve takes as it is: the model, its preprocessing, the
+ladder and a governor).
+
+Exit status: 0 when every step that ran succeeded; 1 when a step failed or a variant was
+rejected (unless --force); 2 for bad usage. A step that cannot run here (tensorrt
+without a GPU, int8 without calibration data) is skipped with a note.
+"""
+
 #: the compile extra's modules; without them the run stops with the pip command
 NEEDS = ("onnx", "onnxconverter_common", "tqdm")
 
@@ -43,7 +56,7 @@ def add_parser(subparsers: Any) -> None:
     """Add the ``compile`` subcommand to an argparse subparsers object."""
     p = subparsers.add_parser(
         "compile", help="turn an ONNX model into validated, timed variants",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     _arguments(p)
     p.set_defaults(func=run)
 
@@ -69,7 +82,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="a detector's [postprocess] TOML: validate by mAP@0.5 on --val, a "
                         ".npz with images and boxes or a folder of photos with boxes.csv "
                         "(see docs/detection.md)")
-    p.add_argument("--calib-method", default="minmax", choices=CALIB_METHODS)
+    p.add_argument("--calib-method", default="minmax", choices=CALIB_METHODS,
+                   help="how INT8 ranges are chosen from the calibration data (default minmax)")
     p.add_argument("--int8-reduce-range", default="auto", choices=REDUCE_RANGE,
                    help="7-bit INT8 weights; auto: on for an x86 CPU without VNNI, where "
                         "ORT's U8S8 kernels saturate; on: for a fleet of mixed CPUs "
@@ -98,13 +112,17 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         "(default DIR/tuning-db)")
     p.add_argument("--cost-model", default=None, choices=COST_MODELS,
                    help="default xgb when xgboost is installed, else random")
-    p.add_argument("--tune-strategy", default="evolutionary", choices=TUNE_STRATEGIES)
+    p.add_argument("--tune-strategy", default="evolutionary", choices=TUNE_STRATEGIES,
+                   help="MetaSchedule search (default evolutionary; replay-trace for a quick "
+                        "smoke run)")
     p.add_argument("--trt-precisions", default="all", type=_parsed(parse_precisions),
                    help="TensorRT plans to build: comma list of fp32, fp16, int8, or all "
                         "(default)")
-    p.add_argument("--relative-to", type=Path, default=Path("."),
-                   help="write variants.toml paths relative to this folder (default: cwd)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--relative-to", type=Path, default=None, metavar="DIR",
+                   help="write variants.toml paths relative to this folder (default: --out; "
+                        "edged.toml there is always relative to --out)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (they are drawn only on a terminal anyway)")
 
 
 def _parsed(parse: Any) -> Any:
@@ -123,7 +141,8 @@ def options_from(args: argparse.Namespace) -> CompileOptions:
     """The flags as ``CompileOptions`` (one field per flag); OptionError if bad."""
     given = vars(args)
     fields = {f.name for f in dataclasses.fields(CompileOptions)} & given.keys()
-    return CompileOptions(**{k: given[k] for k in fields}, progress=not args.no_progress)
+    progress = not args.no_progress and sys.stderr.isatty()  # bars only on a terminal
+    return CompileOptions(**{k: given[k] for k in fields}, progress=progress)
 
 
 def flag(option: str) -> str:

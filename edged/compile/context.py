@@ -36,6 +36,8 @@ class Context:
     calib: Dataset | None = None
     ref_out: Any = None  # the original model's outputs on val
     detect: DetectionCheck | None = None  # a detector: validate by mAP instead
+    #: the model.json the preprocessing came from (None: none was found)
+    preprocess_from: Path | None = None
     failures: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
 

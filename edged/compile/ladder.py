@@ -9,22 +9,25 @@ rung must be measurably cheaper than the rung above it: at least ``MIN_SPEEDUP``
 times faster at batch 1 or at the max batch, comparing each variant's best of its
 repeated measurement rounds (:mod:`edged.compile.bench`; other jobs on the machine
 only ever slow a round down, so the best round is the closest to the variant's own
-cost). A variant those figures make a rung is then re-timed interleaved with the
-rung above (``confirm``, :func:`edged.compile.bench.compare`) where both run on
-this machine, and must be cheaper in every interleaved round. The top rung is the
-most precise, most accurate variant (the fastest of
-equals); each next rung is the most precise, most accurate of the variants that
-are measurably cheaper than the last rung *and* less precise or less accurate than
-it: variants of equal quality compete for one rung (the fastest wins), because a
-step between them trades nothing and their order would be decided by noise. Everything else is
-written commented out, "not on the ladder", with the reason and the ratios, so
-equal-cost variants (fp32 next to its graph-optimized copy next to fp16 on a CPU)
-never become separate rungs whose order is decided by noise.
+cost), then confirmed by timing the two interleaved (``confirm``) where both run here.
+
+Which variant takes a rung: the most precise, most accurate ones compete, and variants
+of *equal quality* (the same precision, accuracies within ``EQUAL_ACCURACY_PTS``) are
+one contest, not a step: a step between them would trade nothing. The contest is decided
+by how fast each *serves*, at the batch sizes the model is served at: batch 1 and the max
+batch weigh alike (the geometric mean of the two speed-ups), because a batching model
+spends its busy time at the max batch and its quiet time at batch 1. The preferred
+variant (the original model first, then ONNX Runtime, OpenVINO, TVM, TensorRT) keeps the
+rung unless another serves at least ``MIN_WIN`` times cheaper, timed interleaved with
+it; so the same run on an idle machine gives the same ladder, and a variant slower than
+ONNX Runtime's fp32 is never the top rung. Everything else is written commented out,
+"not on the ladder", with the reason and the ratios.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -123,49 +126,115 @@ def passes(b1: float, big: float | None) -> bool:
     return b1 >= MIN_SPEEDUP or (big is not None and big >= MIN_SPEEDUP)
 
 
-def _quality(e: dict[str, Any]) -> tuple[int, float, float]:
-    """Sort key, best first: precision, accuracy, then the faster at batch 1."""
-    return (-_rank(e), -_accuracy(e), _best_latency(e))
+#: accuracies closer than this (percentage points) are equal: a sample or two of a
+#: validation set, not a difference worth a rung (nor a reason to take a slower variant)
+EQUAL_ACCURACY_PTS = 0.5
+#: among variants of equal quality, one displaces the preferred only when it serves at
+#: least this much cheaper, timed interleaved: the choice is then the same on a rerun
+MIN_WIN = 1.05
+#: the preferred of equally good, equally fast variants: the core runtime first
+BACKEND_ORDER = ("onnxruntime", "openvino", "tvm", "tensorrt")
+
+
+def _quality(e: dict[str, Any]) -> tuple[int, float, int, int, str]:
+    """Sort key, best first: precision, accuracy, then the preferred (the original
+    model, then by runtime), then the name: never the speed, which is the contest's."""
+    backend = str(e.get("backend", ""))
+    order = BACKEND_ORDER.index(backend) if backend in BACKEND_ORDER else len(BACKEND_ORDER)
+    return (-_rank(e), -_accuracy(e), 0 if e.get("_source") else 1, order, _name(e))
+
+
+def _equal_quality(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return _rank(a) == _rank(b) and abs(_accuracy(a) - _accuracy(b)) < EQUAL_ACCURACY_PTS
+
+
+def served(b1: float, big: float | None) -> float:
+    """One speed-up from the two a model is served at: their geometric mean (batch 1
+    alone when there is no max-batch figure)."""
+    return b1 if big is None else math.sqrt(b1 * big)
 
 
 def plan(timed: list[dict[str, Any]], confirm: Confirm | None = None,
          ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Pick the rungs (heaviest first) and give every other variant its reason.
 
-    With ``confirm``, a variant whose recorded figures make it a rung is re-timed
-    interleaved with the rung above, and is a rung only if that confirms it.
+    With ``confirm``, a figure that would change the ladder (a variant that makes a
+    rung, or one that takes a rung from the preferred of its equals) is re-timed
+    interleaved and decides only if the interleaved figure agrees.
     Returns the rungs and ``{name: reason}`` for the variants left off.
     """
     remaining = sorted(timed, key=_quality)
     rungs: list[dict[str, Any]] = []
     off: dict[str, str] = {}
     while remaining:
-        if not rungs:
-            rungs.append(remaining.pop(0))
-            continue
-        last = rungs[-1]
-        step = []
-        for e in remaining:
-            reason = _why_not_below(last, e, confirm)
-            if reason:
-                off[_name(e)] = reason
-            else:
-                step.append(e)
-        if not step:
-            break
-        rungs.append(step.pop(0))
-        remaining = step
+        step = remaining
+        if rungs:
+            step = []
+            for e in remaining:
+                reason = _why_not_below(rungs[-1], e, confirm)
+                if reason:
+                    off[_name(e)] = reason
+                else:
+                    step.append(e)
+            if not step:
+                break
+        equals = [e for e in step if _equal_quality(step[0], e)]
+        winner = _contest(equals, confirm)
+        for e in equals:
+            if e is not winner:
+                off[_name(e)] = e.pop("_lost")
+        rungs.append(winner)
+        remaining = [e for e in step if e not in equals]
     return rungs, off
+
+
+def _contest(equals: list[dict[str, Any]], confirm: Confirm | None) -> dict[str, Any]:
+    """The one of ``equals`` (preferred first) that serves cheapest: the preferred,
+    unless another serves ``MIN_WIN`` times cheaper than it. Each loser gets ``_lost``."""
+    preferred = winner = equals[0]
+    best = 1.0
+    for e in equals[1:]:
+        b1, big = speedup(preferred, e)
+        how = "best round against best round"
+        if served(b1, big) >= MIN_WIN and confirm is not None:
+            again = confirm(preferred, e)
+            if again is not None:
+                b1, big = again
+                how = "timed interleaved, least favourable of 3 rounds"
+        gain = served(b1, big)
+        e["_served"] = (b1, big, how)
+        if gain >= MIN_WIN and gain > best:
+            winner, best = e, gain
+    for e in equals:
+        if e is winner:
+            continue
+        b1, big, how = e.get("_served") or (1.0, None, "")
+        if e is preferred:  # the winner took the rung from it: say by how much
+            b1, big, how = winner["_served"]
+            ratios = _ratios(winner, b1, big)
+            e["_lost"] = (f"as precise and as accurate as {_name(winner)}, which serves "
+                          f"{served(b1, big):.2f}x cheaper at the model's batch sizes "
+                          f"({ratios}, {how})")
+        else:
+            e["_lost"] = (f"as precise and as accurate as {_name(winner)}, which serves "
+                          f"as fast or faster at the model's batch sizes (this one: "
+                          f"{_ratios(e, b1, big)} against {_name(preferred)}, {how}; it "
+                          f"would need {MIN_WIN}x)")
+    return winner
+
+
+def _ratios(e: dict[str, Any], b1: float, big: float | None) -> str:
+    return f"b=1 {b1:.2f}x" + (f", b={(e.get('speed') or {}).get('max_batch')} {big:.2f}x"
+                               if big is not None else "")
 
 
 def _why_not_below(last: dict[str, Any], e: dict[str, Any],
                    confirm: Confirm | None = None) -> str | None:
     """Why ``e`` cannot be a rung below ``last``, or None when it can."""
-    if _quality(e)[:2] == _quality(last)[:2]:
-        # Equal quality: a step between them trades nothing, and which one is cheaper
-        # is within the noise of sequential measurements; the faster one is the rung.
-        return (f"as precise and as accurate as {_name(last)}, which measured faster "
-                "(a rung must give up precision or accuracy for its saving)")
+    if _equal_quality(last, e):
+        # Equal quality: a step between them trades nothing.
+        return (f"as precise and as accurate as {_name(last)} (a rung must give up "
+                "precision or accuracy for its saving)")
     b1, big = speedup(last, e)
     how = "best round against best round"
     if passes(b1, big) and confirm is not None:
@@ -176,10 +245,8 @@ def _why_not_below(last: dict[str, Any], e: dict[str, Any],
     if passes(b1, big):
         e["_speedup"] = {"over": _name(last), "b1": b1, "max_batch": big, "how": how}
         return None
-    ratios = f"b=1 {b1:.2f}x" + (f", b={e['speed']['max_batch']} {big:.2f}x"
-                                  if big is not None else "")
-    return (f"not measurably cheaper than {_name(last)} ({ratios}, {how}; a rung must be "
-            f">= {MIN_SPEEDUP}x faster at batch 1 or at the max batch)")
+    return (f"not measurably cheaper than {_name(last)} ({_ratios(e, b1, big)}, {how}; a "
+            f"rung must be >= {MIN_SPEEDUP}x faster at batch 1 or at the max batch)")
 
 
 def _name(e: dict[str, Any]) -> str:
@@ -249,7 +316,57 @@ def render(entries: list[dict[str, Any]], relative_to: Path,
     return "\n".join(lines)
 
 
+def bring_in(path: Path, out_dir: Path) -> Path:
+    """``path`` inside ``out_dir``: itself when it is there already, else a copy named as
+    the file (the source model, the ladder's top rung, so the folder holds every rung it
+    names). A copy, not a hard link: a served file replaced in place in the output folder
+    must not rewrite the original. A different file of that name is replaced."""
+    import shutil
+
+    path = Path(path)
+    if path.resolve().parent == out_dir.resolve():
+        return path
+    dest = out_dir / path.name
+    if dest.exists() and dest.stat().st_size == path.stat().st_size and \
+            dest.read_bytes() == path.read_bytes():
+        return dest
+    tmp = dest.with_name(dest.name + ".part")
+    tmp.unlink(missing_ok=True)
+    shutil.copy2(path, tmp)
+    os.replace(tmp, dest)
+    return dest
+
+
 def write(out_dir: Path, relative_to: Path, confirm: Confirm | None = None) -> Path:
+    """``out_dir/variants.toml``; see :func:`write_with_text`."""
+    return write_with_text(out_dir, relative_to, confirm)[0]
+
+
+def write_with_text(out_dir: Path, relative_to: Path, confirm: Confirm | None = None,
+                    ) -> tuple[Path, str]:
+    """``out_dir/variants.toml`` (paths relative to ``relative_to``), with the source model
+    brought into ``out_dir``: its path, and the ladder's text with paths relative to
+    ``out_dir`` (what ``out_dir/edged.toml`` holds)."""
+    entries = collect(out_dir)
+    for e in entries:
+        if e.get("_source"):
+            e["_artifact"] = bring_in(e["_artifact"], out_dir)
+    in_dir = render(entries, out_dir, confirm)
     out = out_dir / "variants.toml"
-    out.write_text(render(collect(out_dir), relative_to, confirm))
-    return out
+    same = relative_to.resolve() == out_dir.resolve()
+    out.write_text(in_dir if same else rebase(in_dir, out_dir, relative_to))
+    return out, in_dir
+
+
+def rebase(text: str, frm: Path, to: Path) -> str:
+    """``path = "X"`` lines (commented or not) of a ladder written relative to ``frm``,
+    made relative to ``to``; the header says so."""
+    import re
+
+    def one(m: re.Match[str]) -> str:
+        new = os.path.relpath((frm / json.loads(m.group(2))).resolve(), to.resolve())
+        return f"{m.group(1)}{json.dumps(new)}"
+
+    text = re.sub(r'(?m)^((?:# )?path = )(".*")$', one, text)
+    return text.replace(f"# Paths are relative to {frm.resolve()}",
+                        f"# Paths are relative to {to.resolve()}")

@@ -63,11 +63,15 @@ class CompileOptions:
     cost_model: str | None = None  # default xgb when installed, else random
     tune_strategy: str = "evolutionary"
     trt_precisions: tuple[str, ...] = TRT_PRECISIONS
-    relative_to: Path = Path(".")  # variants.toml paths are relative to this folder
+    #: variants.toml paths are relative to this folder (default: ``out``, so the folder
+    #: moves as a whole); ``out/edged.toml``'s are always relative to ``out``
+    relative_to: Path | None = None
     progress: bool = False  # progress bars on calibration and TVM builds
     cpuinfo: Path | None = None  # the build CPU's cpuinfo (default: edged.backends.support.isa's)
 
     def __post_init__(self) -> None:
+        if self.relative_to is None:
+            _set(self, "relative_to", self.out)
         for name in ("model", "out", "relative_to"):
             _set(self, name, Path(getattr(self, name)))
         for name in ("val", "calib", "preprocess", "postprocess", "tuning_db", "cpuinfo"):

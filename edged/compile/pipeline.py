@@ -30,7 +30,7 @@ from pathlib import Path
 
 from edged.backends.support.isa import cpu_isa
 from edged.backends.support.sidecar import sha256_file
-from edged.compile import checks, ladder, sources
+from edged.compile import checks, ladder, serving, sources
 from edged.compile.context import Context, StepSkipped
 from edged.compile.modelinfo import io_specs
 from edged.compile.options import CompileOptions
@@ -49,6 +49,8 @@ class Result:
     failures: list[str] = field(default_factory=list)  # failed steps and checks
     rejected: list[str] = field(default_factory=list)  # moved to out/rejected
     ladder: Path | None = None
+    #: ``out/edged.toml``: the model, its preprocessing, the ladder and a governor
+    config: Path | None = None
     only_step_skipped: bool = False  # the one step asked for could not run here
     log: list[str] = field(default_factory=list)
 
@@ -81,8 +83,11 @@ def run(opts: CompileOptions, say: Callable[[str], None] | None = None) -> Resul
     if "validate" in opts.steps:
         for p in checks.existing_artifacts(opts.out):
             result.outcomes[p.name] = checks.check(ctx, p)
-    result.ladder = ladder.write(opts.out, opts.relative_to, confirm=checks.confirmer(ctx))
+    result.ladder, in_dir = ladder.write_with_text(opts.out, opts.relative_to,
+                                                   confirm=checks.confirmer(ctx))
     report(f"wrote {result.ladder}")
+    result.config = serving.write(ctx, in_dir, report)
+    report(f"wrote {result.config}: serve it with edged serve --config {result.config}")
     if result.failures:
         report(f"failed steps: {', '.join(result.failures)}")
     if result.rejected:

@@ -44,6 +44,7 @@ def _load(ctx: Context) -> None:
         pre_json = val.parent / modeljson.NAME
     pre_path = pre_json or card_path
     pre = Preprocess.from_json(pre_path) if pre_path else None
+    ctx.preprocess_from = pre_path
     if o.postprocess:
         _load_detection(ctx, pre)
         return

@@ -16,6 +16,7 @@ from edged.config.frigate import check_frigate
 from edged.config.governor import GovernorConfig
 from edged.config.kserve import OffloadConfig, check_offload_models, parse_offload
 from edged.config.models import ModelConfig, read_model
+from edged.config.pipelines import PipelineConfig, check_pipelines, is_pipeline, read_pipeline
 from edged.config.schema import Table, raise_if_problems
 from edged.config.server import MetricsConfig, ServerConfig, parse_listen, read_metrics, read_server
 from edged.errors import ConfigError
@@ -29,9 +30,14 @@ class Config:
     models: tuple[ModelConfig, ...]
     governor: GovernorConfig
     offload: OffloadConfig = field(default_factory=OffloadConfig)
+    #: ``[[models]]`` entries of kind "pipeline" (docs/pipelines.md)
+    pipelines: tuple[PipelineConfig, ...] = ()
 
     def model(self, name: str) -> ModelConfig | None:
         return next((m for m in self.models if m.name == name), None)
+
+    def pipeline(self, name: str) -> PipelineConfig | None:
+        return next((p for p in self.pipelines if p.name == name), None)
 
     def with_overrides(
         self, endpoints: list[str] | None = None, metrics: str | None = None,
@@ -59,10 +65,13 @@ def parse_config(data: dict[str, Any], file: Path | str) -> Config:
     root = Table(data, "", file)
     server = read_server(root.table("server"))
     metrics = read_metrics(root.table("metrics"))
-    models = [m for m in (read_model(mt) for mt in root.tables("models", required=True)) if m]
-    names = [m.name for m in models]
+    entries = root.tables("models", required=True)
+    models = [m for m in (read_model(mt) for mt in entries if not is_pipeline(mt)) if m]
+    pipelines = [p for p in (read_pipeline(mt) for mt in entries if is_pipeline(mt)) if p]
+    names = [m.name for m in models] + [p.name for p in pipelines]
     for n in {n for n in names if names.count(n) > 1}:
         root.problem("models", f"model name {n!r} is used twice")
+    check_pipelines(root, entries, pipelines, models)
     check_frigate(root, server.frigate, server.endpoints, models)
     frigate_models = {f.model for f in server.frigate}
     models = [replace(m, overload=m.overload.resolved(m.name in frigate_models))
@@ -80,7 +89,7 @@ def parse_config(data: dict[str, Any], file: Path | str) -> Config:
     root.done()
     raise_if_problems(root.problems)
     return Config(file=file, server=server, metrics=metrics, models=tuple(models),
-                  governor=governor, offload=offload)
+                  governor=governor, offload=offload, pipelines=tuple(pipelines))
 
 
 def load_config(path: str | Path) -> Config:

@@ -75,6 +75,8 @@ def _variant(t: Table) -> VariantConfig | None:
 
 
 def read_model(t: Table) -> ModelConfig | None:
+    # kind = "pipeline" entries are read by edged.config.pipelines; any other kind is a typo
+    t.get("kind", str, "model", choices=("model", "pipeline"))
     name = t.get("name", str, check=lambda n: None if n.strip() else "must not be empty")
     variants = [v for v in (_variant(vt) for vt in t.tables("variants", required=True)) if v]
     seen: set[str] = set()

@@ -65,7 +65,7 @@ class PostprocessConfig:
         kind = t.get("kind", str, choices=("detect",))
         decoder = t.get("decoder", str, choices=DECODERS + AUTO + tuple(ALIASES))
         decoder = ALIASES.get(decoder, decoder)
-        labels = _labels(t)
+        labels = labels_from_table(t)
         classes = t.get_list("classes", int, None)
         if classes is not None and any(c < 0 for c in classes):
             t.problem("classes", f"class ids must be >= 0; got {classes}")
@@ -108,7 +108,7 @@ class PostprocessConfig:
         return cls(**cfg_values)
 
 
-def _labels(t: Table) -> tuple[str, ...] | None:
+def labels_from_table(t: Table) -> tuple[str, ...] | None:
     """``labels = [...]`` inline or ``labels_file = "coco.txt"`` (relative to the config)."""
     inline = t.get_list("labels", str, None)
     path: Path | None = t.get_path("labels_file", None)

@@ -66,7 +66,7 @@ class OnnxRuntimeOptions(BackendOptions):
     #: ORT's CPU memory arena (ORT's default): keeps the activations of the largest batch
     #: ever run (the person detector after batches of 4: +50-70 MB for good). Off, every Run maps
     #: and faults its buffers afresh: 5-6 ms of kernel time per reply, 25-35 % less throughput
-    #: for the person detector at 8 clients (docs/benchmarks.md, "Fifth build")
+    #: for the person detector at 8 clients (docs/benchmarks.md, "ONNX Runtime's CPU memory arena")
     cpu_mem_arena: bool = True
 
     @classmethod

@@ -41,8 +41,8 @@ def add_device_check(subparsers: Any) -> None:
                     "on a FAIL (docs/tensorrt.md, 'Check a device').")
     p.add_argument("--json", action="store_true", help="print one JSON document instead")
     p.add_argument("--model", action="append", default=None, metavar="[NAME=]PATH",
-                   help="ONNX fp32 model to check (repeatable; default: digits and "
-                        "mobilenetv2 from .cache/bench-models)")
+                   help="ONNX fp32 model to check (repeatable; default: the shipped digits "
+                        "classifier, and MobileNetV2 where it was built for the benchmarks)")
     p.add_argument("--max-batch", type=_at_least_one, default=8,
                    help="max_batch_size of the daemon and of the TensorRT profiles")
     p.add_argument("--device", type=int, default=0, help="CUDA device index")

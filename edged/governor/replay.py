@@ -27,13 +27,22 @@ from edged.errors import ConfigError
 from edged.governor.policy import Governor
 from edged.governor.trace import Trace, TraceError, load_trace
 
+#: what ``edged governor replay --help`` says (the module docstring is for developers)
+DESCRIPTION = """\
+Run the governor of --config over a recorded trace (a CSV or a tegrastats log) on the
+trace's own clock: the same trace and config give the same decisions on any machine.
+Prints each decision that changes the level or the ladder step and a summary; --plot
+draws it, --simulate closes the loop with a simple thermal model of the device.
+"""
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``governor replay`` under ``subparsers`` (the ``edged`` command's)."""
     g = subparsers.add_parser("governor", help="governor tools (replay a recorded trace)")
     gsub = g.add_subparsers(dest="governor_cmd", required=True)
     r = gsub.add_parser("replay", help="run the policy over a recorded trace",
-                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                        description=DESCRIPTION,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("trace", type=Path, help="CSV (docs/governor.md) or a tegrastats log")
     r.add_argument("--config", "-c", type=Path, help="edged config file ([governor] table)")
     r.add_argument("--trip", type=float, metavar="C",

@@ -1,7 +1,7 @@
 """Where a small device's cores go: ORT's intra-op pool, OpenCV, the event loop, ZeroMQ.
 
-Why one module: the defaults below were measured (docs/benchmarks.md, "Serving
-overhead, second generation") and interact: ORT's pool wants every physical core
+Why one module: the defaults below were measured (docs/benchmarks.md, "Defaults
+decided by the matrix") and interact: ORT's pool wants every physical core
 while a batch computes, and the event loop, ZeroMQ's I/O thread and the decode pool
 want a core at the moments between batches. ``plan`` decides from the core count
 (pure); the ORT backend and the daemon read the one plan.

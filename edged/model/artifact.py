@@ -34,3 +34,53 @@ def open_artifact(backend: str, path: Path, options: BackendOptions,
         b.close()
         raise ArtifactError(f"{path}: warm-up run failed: {type(e).__name__}: {e}") from None
     return b, time.perf_counter() - t0
+
+
+def artifact_files(path: Path) -> list[Path]:
+    """The files whose bytes make an artifact: the file itself; an OpenVINO IR's ``.xml``
+    and its ``.bin``; a TVM per-batch set (``path`` itself absent) its sidecar and the
+    ``.bN.so`` members it lists."""
+    path = Path(path)
+    if path.exists():
+        files = [path]
+        if path.suffix == ".xml" and path.with_suffix(".bin").exists():
+            files.append(path.with_suffix(".bin"))
+        return files
+    sidecar = path.with_name(path.name + ".json")
+    if not sidecar.exists():
+        return []
+    import json
+
+    try:
+        members = json.loads(sidecar.read_text()).get("files") or {}
+    except (OSError, ValueError, AttributeError):
+        members = {}
+    return [sidecar, *(path.parent / Path(str(m.get("path", ""))).name
+                       for m in members.values() if isinstance(m, dict))]
+
+
+def artifact_digest(path: Path) -> str | None:
+    """The sha256 of an artifact's bytes (``sha256sum``'s for a one-file artifact; of the
+    members' digests in order for several), or None when it cannot be read.
+
+    Why: a file replaced under the same path (a new export copied over the old one) is
+    a new model to serve; ``edged ctl reload`` and SIGHUP compare this digest with the
+    live one's, and ``edged status`` and ``edged_live_artifact_info`` show it."""
+    import hashlib
+
+    files = artifact_files(path)
+    digests = []
+    for f in files:
+        h = hashlib.sha256()
+        try:
+            with open(f, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+        except OSError:
+            return None
+        digests.append(h.hexdigest())
+    if not digests:
+        return None
+    if len(digests) == 1:
+        return digests[0]
+    return hashlib.sha256("".join(digests).encode()).hexdigest()

@@ -102,14 +102,17 @@ class InputContract:
         return Prepared(feeds, n, key, fit.finish(n, req.stream), req.outputs, req.stream,
                         req.max_fps)
 
-    def prepare_frame(self, frame: np.ndarray, color: str, fit: RequestFit) -> Prepared:
-        """A uint8 HxWx3 frame from another protocol (Frigate), in ``color``: the same
-        result as ``prepare`` for a native raw frame, so both batch together."""
+    def prepare_frame(self, frame: np.ndarray, color: str, fit: RequestFit,
+                      stream: str | None = None) -> Prepared:
+        """A uint8 frame in ``color`` handed over whole (a Frigate frame, a pipeline's
+        frame or crop): the same result as ``prepare`` for a native raw frame, so both
+        batch together."""
         if self.image_input is None or len(self.inputs) != 1:
-            raise InvalidArgument(f"model {self.model!r} is not a one-input detection model")
+            raise InvalidArgument(f"model {self.model!r} is not a one-input image model "
+                                  "(one input, fed by its [models.preprocess])")
         assert self.pre is not None
         feeds = {self.image_input: fit.frame(self.pre, frame, color)}
-        return Prepared(feeds, 1, batch_key(feeds), fit.finish(1, None))
+        return Prepared(feeds, 1, batch_key(feeds), fit.finish(1, stream), stream=stream)
 
     def _spec_for(self, i: int, meta: InputMeta, given: int) -> TensorSpec:
         name = meta.name

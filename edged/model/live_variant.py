@@ -70,6 +70,8 @@ class LiveVariant:
         self.worker = worker  # the model's one worker thread: closes run after its batch
         self.headroom_bytes = headroom_bytes
         self.loaded: Loaded | None = None
+        #: the last pre-swap check that refused a variant, "VARIANT: why"
+        self.last_refusal: str | None = None
         self.state = "loading"  # loading -> ready | failed; unloaded after close
         self.error: str | None = None
         self.target: int | None = None  # the ladder index a swap is loading
@@ -152,7 +154,7 @@ class LiveVariant:
                 tight = False
                 if held is not None:  # opened and checked already: a switch
                     self.loaded, self.cap.tuned = held, held.batch_cap
-                    self.metrics.set_active(self.name, v.name, v.backend)
+                    self.metrics.set_active(self.name, v.name, v.backend, held.digest)
                 else:
                     ref = await asyncio.to_thread(self._reference_for, index)
                     size = v.path.stat().st_size if v.path.exists() else 0
@@ -264,6 +266,7 @@ class LiveVariant:
         return self._open_checked(index, self._reference_for(index))
 
     def _refused(self, variant: str, e: Exception) -> None:
+        self.last_refusal = f"{variant}: {e}"  # what a reload of a changed file reports
         self.metrics.variant_checks.labels(self.name, variant, "refused").inc()
         model_log.error("verify failed: variant refused model=%s variant=%s: %s", self.name,
                         variant, e)
@@ -289,7 +292,8 @@ class LiveVariant:
         self.cap.tuned = loaded.batch_cap
         self.metrics.model_loads.labels(self.name, loaded.config.name, "ok").inc()
         self.metrics.model_load_duration.labels(self.name, loaded.config.name).set(loaded.load_s)
-        self.metrics.set_active(self.name, loaded.config.name, loaded.config.backend)
+        self.metrics.set_active(self.name, loaded.config.name, loaded.config.backend,
+                                loaded.digest)
         model_log.info("model loaded model=%s variant=%s backend=%s device=%s load_ms=%.0f",
                        self.name, loaded.config.name, loaded.config.backend,
                        loaded.backend.info.device, loaded.load_s * 1000)

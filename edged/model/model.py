@@ -122,6 +122,11 @@ class Model:
     def depth(self) -> int:
         return self._batcher.depth
 
+    @property
+    def detects(self) -> bool:
+        """It answers with boxes (a ``detections`` reply entry)."""
+        return self.cfg.postprocess is not None
+
     def check_ready(self) -> Loaded:
         """The active variant, or UNAVAILABLE naming the model's state (and why)."""
         loaded = self.live.loaded
@@ -190,12 +195,15 @@ class Model:
         assert self.contract is not None
         return self.contract.prepare(req, self.head.begin(loaded.post, req.options))
 
-    def prepare_frame(self, frame: np.ndarray, color: str, options: dict[str, Any]) -> Prepared:
-        """A detector's uint8 HxWx3 frame from another protocol (Frigate), in ``color``;
-        it batches with native raw frames of the same size."""
+    def prepare_frame(self, frame: np.ndarray, color: str, options: dict[str, Any],
+                      stream: str | None = None) -> Prepared:
+        """A uint8 frame in ``color`` handed over whole: Frigate's frame, a pipeline's
+        frame (with its ``stream``, for track ids) or crop; it batches with native raw
+        frames of the same size."""
         loaded = self.check_ready()
         assert self.contract is not None
-        return self.contract.prepare_frame(frame, color, self.head.begin(loaded.post, options))
+        return self.contract.prepare_frame(frame, color, self.head.begin(loaded.post, options),
+                                           stream)
 
     def needs_thread(self, req: Request) -> bool:
         """Image decoding/resizing is heavy enough to keep off the event loop."""
@@ -271,6 +279,8 @@ class Model:
             "variants": self.variant_names,
             "active_variant": a.config.name if a else None,
             "backend": a.config.backend if a else None,
+            "path": str(a.config.path) if a else None,
+            "digest": a.digest if a else None,  # sha256 of the live artifact's bytes
             "device": a.backend.info.device if a else None,
             "runtime": a.backend.info.details if a else None,  # version, threads, ...
             "max_batch_size": self.cfg.max_batch_size,

@@ -20,6 +20,7 @@ import numpy as np
 from edged.backends.base import Backend, TensorSpec, run_batch, zero_feeds
 from edged.config.models import ModelConfig, VariantConfig
 from edged.errors import ArtifactError
+from edged.model.artifact import artifact_digest
 from edged.model.heads import Head
 from edged.model.preopen import load_variant
 
@@ -38,6 +39,8 @@ class Loaded:
     #: what the model's head keeps for this variant: a detector's post-processor (the
     #: tensor head keeps nothing)
     post: Any = None
+    #: sha256 of the artifact's bytes as read before it was opened (``artifact_digest``)
+    digest: str | None = None
 
 
 class RunsOnWorker:
@@ -74,6 +77,7 @@ def with_reference(job: Callable[[Any], Any], cfg: ModelConfig, head: Head,
 def open_variant(model: str, index: int, v: VariantConfig, max_batch_size: int,
                  auto_batch: bool = False) -> Loaded:
     """Load, warm and (with auto_batch) profile one variant; blocking."""
+    digest = artifact_digest(v.path)  # before opening: a file replaced meanwhile reads new
     backend, secs = load_variant(v, max_batch_size)
     cap = None
     if auto_batch and max_batch_size > 1:
@@ -84,7 +88,7 @@ def open_variant(model: str, index: int, v: VariantConfig, max_batch_size: int,
             raise
         log.info("auto_batch model=%s variant=%s rows_per_s=%s batch_cap=%d", model, v.name,
                  ",".join(f"{b}:{r:.0f}" for b, r in rates.items()), cap)
-    return Loaded(index, v, backend, secs, cap)
+    return Loaded(index, v, backend, secs, cap, digest=digest)
 
 
 def open_with_head(cfg: ModelConfig, index: int, head: Head) -> Loaded:

@@ -1,21 +1,30 @@
-"""The registry: model name -> Model, and the loading, replacing and removing of models.
+"""The registry: model name -> Model, and the loading, replacing and removing of models;
+pipeline name -> Pipeline beside them.
 
 Why a registry apart from the server: start, ``edged ctl load``/``unload`` and reload
 all change which models are served; one object owns that map so requests always see
 a consistent one (a replaced model keeps answering what it took before the switch).
+Pipelines are kept apart from the models (iterating the registry gives models only: the
+governor, the watchdog and the metrics act on models) and find their member models here
+by name at each request, so a model replaced by a reload is the one they use next.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from edged.config.models import ModelConfig
+from edged.config.pipelines import PipelineConfig
 from edged.config.server import ServerConfig
 from edged.errors import NotFound
 from edged.metrics import Metrics
 from edged.model.model import Model
+from edged.model.pipeline.pipeline import Pipeline
+
+#: what a client may name in a request: a model or a pipeline
+Served = Model | Pipeline
 
 
 class Registry:
@@ -23,6 +32,7 @@ class Registry:
         self.metrics = metrics
         self.power_w = power_w
         self._models: dict[str, Model] = {}
+        self._pipelines: dict[str, Pipeline] = {}
 
     def __iter__(self) -> Iterator[Model]:
         return iter(list(self._models.values()))
@@ -44,8 +54,52 @@ class Registry:
         """The model, or NOT_FOUND naming what this daemon serves."""
         m = self._models.get(name)
         if m is None:
+            if name in self._pipelines:
+                raise NotFound(f"{name!r} is a pipeline, not a model; models: "
+                               f"{', '.join(self.names) or 'none'}")
             raise unknown_model(name, self.names)
         return m
+
+    # -- pipelines --------------------------------------------------------------------------
+
+    @property
+    def pipelines(self) -> list[Pipeline]:
+        return list(self._pipelines.values())
+
+    def served(self, name: str) -> Served:
+        """What a request names: a model or a pipeline, or NOT_FOUND listing both."""
+        s = self.find_served(name)
+        if s is None:
+            raise unknown_model(name, [*self.names, *self._pipelines])
+        return s
+
+    def find_served(self, name: str) -> Served | None:
+        return self._models.get(name) or self._pipelines.get(name)
+
+    def pipelines_of(self, model: str) -> list[Pipeline]:
+        """The pipelines that run ``model`` (the governor routes its steps through them)."""
+        return [p for p in self._pipelines.values() if model in p.cfg.models]
+
+    def set_pipelines(self, pipelines: Sequence[PipelineConfig],
+                      models: Sequence[ModelConfig]) -> None:
+        """Serve ``pipelines`` from now on (at start, before the models load, so the
+        governor's first choice of their members already follows them; on reload). A
+        pipeline whose config and member ladders are unchanged is kept as it is, with
+        its tracks' results and its step-down position."""
+        by_name = {m.name: m for m in models}
+        made = {}
+        for pc in pipelines:
+            det = by_name.get(pc.detector)
+            ladders = {n: [v.name for v in by_name[n].variants] for n in pc.models
+                       if n in by_name}
+            old = self._pipelines.get(pc.name)
+            if old is not None and old.cfg == pc and old.ladders == ladders:
+                made[pc.name] = old
+                continue
+            made[pc.name] = Pipeline(pc, self.find, self.metrics, ladders,
+                                     det.max_streams if det else 4096,
+                                     det.stream_idle_s if det else 60.0)
+        self._pipelines = made
 
     def create(self, mc: ModelConfig, server: ServerConfig) -> Model:
         """A new, not yet loaded model (not yet registered), bounded by ``server``'s
@@ -73,6 +127,9 @@ class Registry:
 
     def describe(self) -> list[dict[str, Any]]:
         return [m.describe() for m in self._models.values()]
+
+    def describe_pipelines(self) -> list[dict[str, Any]]:
+        return [p.describe() for p in self._pipelines.values()]
 
     def queued(self) -> int:
         return sum(m.depth for m in self._models.values())

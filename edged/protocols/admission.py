@@ -28,6 +28,7 @@ from edged.batching.queue import Result
 from edged.errors import EdgedError, ResourceExhausted, Unavailable
 from edged.model.contract import Prepared
 from edged.model.model import Model
+from edged.model.registry import Served
 from edged.protocols.serving import Serving
 
 #: a room's reply callback: one call per admitted request
@@ -35,13 +36,13 @@ Reply = Callable[["Ticket", "Result | EdgedError"], None]
 
 
 class Ticket:
-    """An admitted request: the model that took it (it survives a reload), when it
+    """An admitted request: the model (or pipeline) that took it (it survives a reload), when it
     arrived, who sent it and how its reply goes back. ``context`` is the room's own
     (what it learns while parsing and needs to reply); admission never reads it."""
 
     __slots__ = ("client", "context", "done", "model", "received", "respond")
 
-    def __init__(self, model: Model, received: float, respond: Reply,
+    def __init__(self, model: Served, received: float, respond: Reply,
                  client: bytes | None) -> None:
         self.model = model
         self.received = received
@@ -66,9 +67,10 @@ class Admission:
 
     def admit(self, name: str, received: float, respond: Reply,
               client: bytes | None = None) -> Ticket:
-        """A ticket for a request to model ``name``, or the EdgedError refusing it: an
-        unknown model, a daemon not serving, or ``client`` over its in-flight limit."""
-        model = self.state.registry.get(name)
+        """A ticket for a request to model (or pipeline) ``name``, or the EdgedError
+        refusing it: an unknown name, a daemon not serving, or ``client`` over its
+        in-flight limit."""
+        model = self.state.registry.served(name)
         if not self.state.serving:
             raise Unavailable("the daemon is " + ("starting" if not self.state.ready
                                                   else "shutting down"))
@@ -90,9 +92,11 @@ class Admission:
         deadline = ticket.received + timeout_ms / 1000.0 if timeout_ms else None
         respond = functools.partial(self._finish, ticket)
         offload = self.state.offload  # a remote may compute it instead (kserve.offload)
+        model = ticket.model
         try:
-            if offload is None or not offload.take(ticket.model, prepared, respond,
-                                                   ticket.received, priority, deadline):
+            if (offload is None or not isinstance(model, Model)  # a pipeline: its detector
+                    or not offload.take(model, prepared, respond, ticket.received, priority,
+                                        deadline)):
                 ticket.model.submit(prepared, respond, arrival=ticket.received,
                                     priority=priority, deadline=deadline, quiet=quiet)
         except EdgedError as e:
@@ -104,7 +108,7 @@ class Admission:
 
     def reject(self, err: EdgedError, model: str | None = None) -> None:
         """Count a request refused before it had a ticket (the room sends the reply)."""
-        m = self.state.registry.find(model) if model else None
+        m = self.state.registry.find_served(model) if model else None
         self.state.metrics.requests.labels(model if m is not None else "",
                                            m.active_variant if m is not None else "",
                                            err.status).inc()

@@ -7,6 +7,7 @@ endpoint: the control socket lives in the runtime directory, 0660.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,10 @@ from edged.server.health import Health
 from edged.server.state import ServerState
 
 log = logging.getLogger("edged.server")
+
+#: how long ``edged ctl level`` waits for the governor's step that applies the pin and the
+#: swaps it starts
+LEVEL_APPLIED_WAIT_S = 15.0
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -106,7 +111,8 @@ class Control:
         return self.health.status()
 
     async def _models(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"models": self.state.registry.describe()}
+        return {"models": self.state.registry.describe(),
+                "pipelines": self.state.registry.describe_pipelines()}
 
     async def _reload_op(self, msg: dict[str, Any]) -> dict[str, Any]:
         res = await self._reload()
@@ -117,7 +123,19 @@ class Control:
         return {"reload": res}
 
     async def _level(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"governor": self.governing.pin_level(msg.get("level"))}
+        """Pin (or release) a level and answer with the governor's state once its next step
+        applied it, so the reply's ``level`` is the one now in force (it used to read the
+        old level for up to ``interval_s``)."""
+        loop = asyncio.get_running_loop()
+        before = self.governing.steps
+        snapshot = self.governing.pin_level(msg.get("level"))
+        end = loop.time() + LEVEL_APPLIED_WAIT_S
+        while self.governing.steps == before and loop.time() < end:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)  # the swaps the step started are under way
+        while any(m.swapping for m in self.state.registry) and loop.time() < end:
+            await asyncio.sleep(0.05)  # answer once the models are on their new rungs
+        return {"governor": self.governing.summary() or snapshot}
 
     async def _unload(self, msg: dict[str, Any]) -> dict[str, Any]:
         m = self.state.registry.get(_str_arg(msg, "model"))
@@ -128,6 +146,9 @@ class Control:
     async def _load_op(self, msg: dict[str, Any]) -> dict[str, Any]:
         name = _str_arg(msg, "model")
         mc = self.state.config.model(name)
+        if mc is None and self.state.config.pipeline(name) is not None:
+            raise InvalidArgument(f"{name!r} is a pipeline: it serves while its models do; "
+                                  "load those")
         if mc is None:
             raise NotFound(f"model {name!r} is not in {self.state.config.file}; add it there "
                            "and run `edged ctl reload`")

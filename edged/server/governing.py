@@ -12,6 +12,12 @@ An operator pin holds its variant while the governor allows it; a governor level
 needs a lighter variant than the pin wins while it lasts, and the pin applies again
 when the level relaxes. ``edged ctl swap MODEL auto`` releases the pin. The load's step
 is ``edged.server.overload``'s (requests too close to their deadlines).
+
+A model a pipeline runs takes the governor's steps through the pipeline instead: the
+level's ladder steps (or the pipeline's own load ask, whichever is further) are a
+position on the pipeline's step-down plan (``edged.model.pipeline.plan``), which steps
+and sheds the optional stages before the detector moves; the model's "governor ladder
+step" above is what that position asks of it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 from edged.config.file import Config
 from edged.errors import InvalidArgument, NotFound, Unavailable
 from edged.model.model import Model
+from edged.model.pipeline.pipeline import Pipeline
 from edged.server.overload import TICK_S, Overload
 from edged.server.state import ServerState
 
@@ -90,6 +97,7 @@ class Governing:
             mc = cfg.model(name)
             if mc is None or pin.variant not in [v.name for v in mc.variants]:
                 del self.pins[name]
+        self._place_pipelines()
         self._wake.set()
 
     def close(self) -> None:
@@ -128,8 +136,16 @@ class Governing:
         """Every overload tick, models whose load asks for another variant follow it."""
         while True:
             await asyncio.sleep(TICK_S)
-            for m, why in self.overload.tick(self.state.registry, time.monotonic()):
-                self._settle(m, f"overload: {why}")
+            reg = self.state.registry
+            for m, why in self.overload.tick([*reg, *reg.pipelines], time.monotonic()):
+                if isinstance(m, Pipeline):
+                    self._place(m)
+                    for name in m.cfg.models:
+                        member = reg.find(name)
+                        if member is not None:
+                            self._settle(member, f"overload of pipeline {m.name}: {why}")
+                else:
+                    self._settle(m, f"overload: {why}")
 
     def _report_load(self, gov: Any) -> None:
         """Which variant each model runs and how busy it was: what the governor's
@@ -144,13 +160,28 @@ class Governing:
     def level(self) -> str | None:
         return getattr(self._decision, "level", None)
 
+    def position_for(self, p: Pipeline) -> int:
+        """The step-down position pipeline ``p`` should be at: the governor level's ladder
+        steps or the pipeline's load ask, whichever is further down its plan."""
+        d = self._decision
+        steps = d.ladder_steps if d is not None else 0
+        return min(max(steps, self.overload.index(p.name)), len(p.plan))
+
     def index_for(self, m: Model) -> int:
         """The ladder index ``m`` should run now (also where a newly loaded model starts)."""
         d = self._decision
         steps = 0
+        routed = self.state.registry.pipelines_of(m.name)
         if d is not None:
-            # Per-model steps when the governor predicts per variant; else one for all.
-            steps = (getattr(d, "variant_steps", None) or {}).get(m.name, d.ladder_steps)
+            # Per-model steps when the governor predicts per variant; else one for all,
+            # except for a pipeline's members: their steps come from its plan (below).
+            per_model = getattr(d, "variant_steps", None) or {}
+            if m.name in per_model:
+                steps = per_model[m.name]
+            elif not routed:
+                steps = d.ladder_steps
+        for p in routed:
+            steps = max(steps, p.plan.index_of(m.name, self.position_for(p)))
         pin = self.pins.get(m.name)
         names = m.variant_names
         if pin is not None and pin.variant in names:
@@ -165,10 +196,28 @@ class Governing:
             if self.on_level_change is not None:
                 self.on_level_change()
         reason = f"level {decision.level}: {decision.reason}"
+        self._place_pipelines()
         for m in self.state.registry:
             m.set_throttle(decision.max_batch_size, decision.max_rate_hz,
                            decision.shed_priority_above, reason)
             self._settle(m, f"governor: {reason}")
+
+    def _place_pipelines(self) -> None:
+        for p in self.state.registry.pipelines:
+            self._place(p)
+
+    def _place(self, p: Pipeline) -> None:
+        """Put ``p`` at its position (which stages are shed) and say who asked for it."""
+        position = self.position_for(p)
+        d = self._decision
+        level = d.ladder_steps if d is not None else 0
+        if position and self.overload.index(p.name) > level:
+            reason = f"overload: {self.overload.reason(p.name)}"
+        elif d is not None:
+            reason = f"governor level {d.level}: {d.reason}"
+        else:
+            reason = ""
+        p.set_position(position, reason)
 
     def _settle(self, m: Model, reason: str) -> None:
         if not m.ready or m.swapping:

@@ -85,6 +85,8 @@ class Health:
             "uptime_s": round(time.time() - st.started_at, 1),
             "version": __version__,
             "models": {m.name: m.state for m in models},
+            **({"pipelines": {p.name: p.state for p in st.registry.pipelines}}
+               if st.registry.pipelines else {}),
             "governor": self.governing.summary(),
         }
 
@@ -107,6 +109,8 @@ class Health:
             "models": [{**m.describe(), "pin": self.governing.pin_of(m.name),
                         "overload": self.governing.overload.describe(m),
                         **latency(st.metrics, m.name)} for m in st.registry],
+            "pipelines": [{**p.describe(), "overload": self.governing.overload.describe(p),
+                           **latency(st.metrics, p.name)} for p in st.registry.pipelines],
             "governor": self.governing.summary(),
             "last_reload": st.last_reload,
         }

@@ -87,6 +87,9 @@ class Server:
                  f"{cfg.metrics.host}:{st.metrics.port}" if cfg.metrics.enabled else "off",
                  st.runtime_dir)
         self.governing.configure(cfg)
+        # Before the models load: the governor's first choice of a pipeline's members
+        # already follows the pipeline's step-down order.
+        st.registry.set_pipelines(cfg.pipelines, cfg.models)
         self._tasks.append(loop.create_task(self.governing.loop(), name="governor"))
         self._tasks.append(loop.create_task(self.governing.watch_load(), name="overload"))
         try:
@@ -98,7 +101,8 @@ class Server:
         st.ready = True
         st.phase = "serving"
         st.notifier.ready(self.health.status_line())
-        log.info("ready models=%s startup_ms=%.0f", ",".join(st.registry.names),
+        log.info("ready models=%s%s startup_ms=%.0f", ",".join(st.registry.names),
+                 "".join(f" pipeline={p.name}" for p in st.registry.pipelines),
                  (time.time() - st.started_at) * 1000)
 
     def _serve_metrics(self) -> None:

@@ -34,6 +34,7 @@ import numpy as np
 
 from edged.config.overload import OverloadConfig
 from edged.model.model import Model
+from edged.model.pipeline.pipeline import Pipeline
 
 log = logging.getLogger("edged.governor")
 
@@ -86,7 +87,11 @@ class Overload:
         a = self._asked.get(model)
         return a.index if a is not None else 0
 
-    def describe(self, m: Model) -> dict[str, Any] | None:
+    def reason(self, model: str) -> str:
+        a = self._asked.get(model)
+        return a.reason if a is not None else ""
+
+    def describe(self, m: Model | Pipeline) -> dict[str, Any] | None:
         if not m.cfg.overload.step_down:
             return None
         a = self._asked.get(m.name, _Asked())
@@ -94,9 +99,15 @@ class Overload:
         return {"asks": names[min(a.index, len(names) - 1)] if a.index else None,
                 "reason": a.reason or None}
 
-    def tick(self, models: Iterable[Model], now: float) -> list[tuple[Model, str]]:
-        """One step of the rule for every model; those whose ask changed, with why."""
-        changed, seen = [], set()
+    def tick(self, models: Iterable[Model | Pipeline],
+             now: float) -> list[tuple[Model | Pipeline, str]]:
+        """One step of the rule for every model; those whose ask changed, with why.
+
+        A pipeline with ``[models.overload] step_down`` is read the same way: its
+        answers' deadline use, and its step-down plan as the ladder (each step one
+        stage's rung, or an optional stage shed, before the detector's)."""
+        changed: list[tuple[Model | Pipeline, str]] = []
+        seen = set()
         for m in models:
             seen.add(m.name)
             cfg = m.cfg.overload

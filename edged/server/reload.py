@@ -4,6 +4,13 @@
 reload cannot apply (sockets and listeners are bound at start). ``Reloader`` applies a
 plan: new or changed models are loaded beside the old ones and switched in atomically;
 unchanged models keep serving untouched; anything invalid keeps the old config whole.
+
+A model whose config is unchanged but whose live artifact's bytes changed under the same
+path (``changed_on_disk``: its sha256 differs from the one it was opened from) is changed
+too: without that, a new export copied over the old file was never served and the reload
+said ``"changed": []``. Its new file goes through the pre-swap check (the contract the
+served model promised, and the check against the reference for a variant that is not
+the reference itself) before it is switched in; ``why`` in the reply says what changed.
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ from typing import Any
 from edged.config.file import Config, load_config
 from edged.config.models import ModelConfig
 from edged.errors import ConfigError
+from edged.model.artifact import artifact_digest
 from edged.model.model import Model
+from edged.model.registry import Registry
 from edged.protocols.sockets import check_client_keys
 from edged.server.governing import Governing
 from edged.server.state import ServerState
@@ -70,6 +79,43 @@ def needs_restart(old: Config, new: Config) -> list[str]:
     return keys
 
 
+def changed_on_disk(registry: Registry, skip: set[str]) -> dict[str, str]:
+    """Models (not in ``skip``) whose live artifact's bytes are no longer those it was
+    opened from: ``{model: why}``. Blocking (reads and hashes the files)."""
+    out = {}
+    for m in registry:
+        loaded = m.live.loaded
+        if m.name in skip or loaded is None or loaded.digest is None:
+            continue
+        now = artifact_digest(loaded.config.path)
+        if now is not None and now != loaded.digest:
+            out[m.name] = (f"{loaded.config.name}: {loaded.config.path} changed on disk "
+                           f"(sha256 {loaded.digest[:12]} -> {now[:12]})")
+    return out
+
+
+def check_in_place(old: Model, new: Model, why: str) -> tuple[str | None, str]:
+    """A model staged because its file changed, against the one serving: ``(problem,
+    why)``, ``problem`` None when the new file may serve. It must serve the same variant
+    (one the pre-swap check refused falls back to the reference at load) with the same
+    inputs and outputs the served model promised its clients."""
+    if new.active_variant != old.active_variant:
+        refusal = new.live.last_refusal or "see the log"
+        return (f"{why}: the new file was refused by the pre-swap check ({refusal}); the "
+                "old one serves on"), why
+    if new.inputs != old.inputs or new.outputs != old.outputs:
+        def specs(m: Model) -> str:
+            return ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in [*m.inputs,
+                                                                             *m.outputs])
+        return (f"{why}: its inputs and outputs ({specs(new)}) are not the served ones "
+                f"({specs(old)}); the old file's session serves on"), why
+    index = new.active_index
+    checked = "same inputs and outputs"
+    if index is not None and not new.verifier.trusted(index):
+        checked += f", checked against the reference {new.verifier.reference_name}"
+    return None, f"{why}; pre-swap check: {checked}"
+
+
 class Reloader:
     def __init__(self, state: ServerState, governing: Governing) -> None:
         self.state = state
@@ -101,11 +147,28 @@ class Reloader:
                     f"{', '.join(plan.needs_restart)} changed: sockets and listeners are bound "
                     "at start, so this needs a restart (systemctl restart edged); nothing was "
                     "changed"])
+            why = {m.name: "config changed" for m in plan.changed}
+            on_disk = await asyncio.to_thread(
+                changed_on_disk, st.registry,
+                {m.name for m in [*plan.added, *plan.changed]} | set(plan.removed))
+            in_place = [mc for mc in new.models if mc.name in on_disk]
+            changed = [*plan.changed, *in_place]
             async with st.loading():
-                staged, errors = await self._stage(new, [*plan.added, *plan.changed])
+                staged, errors = await self._stage(new, [*plan.added, *changed])
+            for name, reason in on_disk.items():
+                if errors or name not in staged:
+                    break
+                problem, why[name] = check_in_place(st.registry.get(name), staged[name],
+                                                    reason)
+                if problem:
+                    errors.append(f"{name}: {problem}")
             if errors:
+                for m in staged.values():
+                    await m.close()
+                self._show_live([mc.name for mc in [*plan.added, *changed]])
                 return self._failed(errors)
             let_go = st.registry.replace(staged, plan.removed)  # atomic switch
+            st.registry.set_pipelines(new.pipelines, new.models)
             st.config = new
             self.governing.configure(new)
             for m in let_go:
@@ -114,12 +177,15 @@ class Reloader:
             ms = (time.perf_counter() - t0) * 1000
             st.metrics.reloads.labels("ok").inc()
             st.last_reload = {"ok": True, "added": [m.name for m in plan.added],
-                              "changed": [m.name for m in plan.changed],
-                              "removed": plan.removed, "ms": round(ms, 1), "at": time.time()}
-            log.info("reload done added=%s changed=%s removed=%s reload_ms=%.0f",
+                              "changed": [m.name for m in changed], "why": why,
+                              "removed": plan.removed,
+                              "pipelines": [p.name for p in new.pipelines],
+                              "ms": round(ms, 1), "at": time.time()}
+            log.info("reload done added=%s changed=%s removed=%s reload_ms=%.0f%s",
                      ",".join(st.last_reload["added"]) or "-",
                      ",".join(st.last_reload["changed"]) or "-",
-                     ",".join(plan.removed) or "-", ms)
+                     ",".join(plan.removed) or "-", ms,
+                     "".join(f" ({n}: {w})" for n, w in why.items() if n in on_disk))
             return st.last_reload
 
     async def _stage(self, new: Config,
@@ -141,6 +207,15 @@ class Reloader:
                 await m.close()
             staged = {}
         return staged, errors
+
+    def _show_live(self, names: Any) -> None:
+        """The metrics say the serving variants again: a staged model that was then
+        refused had set its own as active."""
+        for name in names:
+            m = self.state.registry.find(name)
+            a = m.live.loaded if m is not None else None
+            if a is not None:
+                self.state.metrics.set_active(name, a.config.name, a.config.backend, a.digest)
 
     def _failed(self, problems: list[str]) -> dict[str, Any]:
         st = self.state

@@ -23,7 +23,7 @@ from edged.errors import ArtifactError
 MAX_SAMPLES = 8
 MAX_BYTES = 4 << 20  # golden inputs + outputs per artifact
 
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 
 @dataclass(frozen=True)
@@ -80,4 +80,4 @@ def precision_of(artifact: Path, name: str) -> str:
     if side and side.get("precision") in PRECISIONS:
         return str(side["precision"])
     low = name.lower()
-    return next((p for p in ("int8", "fp16") if p in low), "fp32")
+    return next((p for p in ("int8", "fp16", "bf16") if p in low), "fp32")

@@ -35,14 +35,15 @@ def broken_artifact(tmp: Path, kind: str) -> Path:
     return p
 
 
-def make_batch_collapsing_model(path: Path) -> Path:
+def make_batch_collapsing_model(path: Path, item: tuple[int, ...] = (4,)) -> Path:
     """A real ONNX model whose output has 1 row whatever the batch: ReduceMean over axis 0
-    with keepdims. Loads and warms up fine; wrong only when a batch has > 1 row."""
+    with keepdims. Loads and warms up fine; wrong only when a batch has > 1 row.
+    ``item``: an input row's shape (``(1, 2, 2)``: a grey 2x2 image, NCHW)."""
     graph = helper.make_graph(
         [helper.make_node("ReduceMean", ["x"], ["y"], axes=[0], keepdims=1)],
         "collapse",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", *item])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, *item])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8

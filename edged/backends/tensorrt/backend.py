@@ -52,9 +52,6 @@ from edged.errors import ArtifactError, EdgedError, InvalidArgument
 
 log = logging.getLogger(__name__)
 
-# -- options --------------------------------------------------------------------------
-
-
 # -- sidecar compatibility (pure: no TensorRT or CUDA needed) -------------------------
 
 

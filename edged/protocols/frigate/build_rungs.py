@@ -34,6 +34,7 @@ import numpy as np
 from edged.backends.base import run_batch
 from edged.compile.bench import measure
 from edged.compile.ladder import MIN_SPEEDUP, passes, plan, speedup
+from edged.compile.openvino_steps import save_ir
 from edged.model.detect_head import build_postprocessor
 from edged.model.open import open_variant
 from edged.preprocess.preprocessor import Preprocessor
@@ -107,7 +108,7 @@ def _one(src: Path, key: str, calib: np.ndarray, checked: Any, checker: _Checker
             base["quantized"] = True
         else:
             say(f"{key}: writing OpenVINO IR")
-            _save_ir(artifact(src, "int8") if key == "ov-int8" else src, artifact(src, key))
+            save_ir(artifact(src, "int8") if key == "ov-int8" else src, artifact(src, key))
         base["build_s"] = round(time.perf_counter() - t0, 2)
         say(f"{key}: built in {base['build_s']:.1f} s; checking on {checker.count} other "
             "frames")
@@ -126,20 +127,6 @@ def _quantize(src: Path, out: Path, checked: Any, calib: np.ndarray) -> None:
     to_int8_static(src, tmp, checked.image.name, calib, batch=1, progress=False,
                    op_types=["Conv"])
     tmp.replace(out)
-
-
-def _save_ir(model: Path, xml: Path) -> None:
-    """ONNX -> IR ``.xml`` + ``.bin`` with the weights as they are (``save_model`` would
-    compress them to fp16), as ``edged.compile.openvino_steps`` writes its rungs. Written
-    under temporary names and renamed, ``.bin`` first: an ``.xml`` is never beside a
-    half-written ``.bin`` (OpenVINO finds the weights by the ``.xml``'s name)."""
-    from edged.backends.openvino import import_openvino
-
-    ov = import_openvino()
-    tmp = xml.with_name(f".{xml.stem}.tmp.xml")
-    ov.save_model(ov.Core().read_model(str(model)), str(tmp), compress_to_fp16=False)
-    tmp.with_suffix(".bin").replace(xml.with_suffix(".bin"))
-    tmp.replace(xml)
 
 
 def _order(records: dict[str, dict[str, Any]], checker: _Checker,

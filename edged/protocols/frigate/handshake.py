@@ -24,15 +24,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import zmq.asyncio
-
 from edged.config.frigate import FrigateConfig
 from edged.model.model import Model
 from edged.protocols.frigate.sent import SentEndpoint, SentModels, log_once
 from edged.protocols.frigate.store import check_name
 from edged.protocols.frigate.wire import data_answer, refusal, request_answer
 from edged.protocols.serving import Serving
-from edged.protocols.sockets import send
+from edged.protocols.sockets import Router
 
 log = logging.getLogger("edged.frigate")
 
@@ -63,12 +61,12 @@ class Handshake:
             self.state.spawn(self.sent.preload(sent))
         return ManagedEndpoint(cfg, address, sent)
 
-    def handle(self, sock: zmq.asyncio.Socket, e: ManagedEndpoint, envelope: list[bytes],
+    def handle(self, router: Router, e: ManagedEndpoint, envelope: list[bytes],
                header: dict[str, Any], body: list[Any]) -> None:
         """Answer off the receive loop: a handshake may wait for a model to load."""
-        self.state.spawn(self._answer(sock, e, envelope, header, body))
+        self.state.spawn(self._answer(router, e, envelope, header, body))
 
-    async def _answer(self, sock: zmq.asyncio.Socket, e: ManagedEndpoint, envelope: list[bytes],
+    async def _answer(self, router: Router, e: ManagedEndpoint, envelope: list[bytes],
                       header: dict[str, Any], body: list[Any]) -> None:
         t0 = time.perf_counter()
         try:
@@ -79,7 +77,7 @@ class Handshake:
         log.debug("frigate %s: %s answered in %.1f ms: %s", e.address,
                   "model_data" if "model_data" in header else "model_request",
                   (time.perf_counter() - t0) * 1000, answer.get("message"))
-        send(sock, envelope, [json.dumps(answer).encode("utf-8")])
+        router.send(envelope, [json.dumps(answer).encode("utf-8")])
 
     async def _dispatch(self, e: ManagedEndpoint, header: dict[str, Any],
                         body: list[Any]) -> dict[str, Any]:

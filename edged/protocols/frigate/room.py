@@ -22,7 +22,6 @@ import time
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from edged.batching.queue import Result
 from edged.config.file import Config
@@ -40,7 +39,7 @@ from edged.protocols.frigate.wire import (
     parse_request,
 )
 from edged.protocols.serving import Listener, Loop, Serving
-from edged.protocols.sockets import send, split_envelope
+from edged.protocols.sockets import split_envelope
 
 log = logging.getLogger("edged.frigate")
 
@@ -49,12 +48,12 @@ class _Endpoint:
     """One bound Frigate endpoint: its config and its metric series."""
 
     def __init__(self, state: Serving, cfg: FrigateConfig, address: str,
-                 sock: zmq.asyncio.Socket, manage: ManagedEndpoint) -> None:
+                 manage: ManagedEndpoint) -> None:
         self.cfg = cfg
-        #: the handshake/transfer side of this endpoint (frigate_manage)
+        #: the handshake/transfer side of this endpoint (``handshake``)
         self.manage = manage
         self.address = address
-        self.sock = sock
+        self.router: sockets.Router | None = None  # set once bound
         self.class_map = dict(cfg.class_map)
         self.duration = state.metrics.frigate_duration.labels(address)
         self._requests = state.metrics.frigate_requests
@@ -74,8 +73,8 @@ class FrigateRoom:
         self.state = serving
         self.admission = Admission(serving)
         self.manage = Handshake(serving)
-        #: [[server.frigate]] endpoints as bound: (config, address, socket)
-        self.bound: list[tuple[FrigateConfig, str, zmq.asyncio.Socket]] = []
+        #: [[server.frigate]] endpoints as bound
+        self.endpoints: list[_Endpoint] = []
 
     # -- the room, as the lifecycle drives it --------------------------------------------
 
@@ -95,45 +94,46 @@ class FrigateRoom:
             # A model file travels in one frame: read it (and answer) up to twice the limit.
             cap = max(cfg.limits.hard_cap, 2 * f.max_model_bytes) if f.accept_models \
                 else cfg.limits.hard_cap
-            self.bound.append((f, ep, sockets.bind_router(self.state.zmq, ep, cap)))
+            sock = sockets.bind_router(self.state.zmq, ep, cap)
+            e = _Endpoint(self.state, f, ep, self.manage.endpoint(f, ep))
+            e.router = sockets.Router(sock, ep, functools.partial(self.on_message, e))
+            self.endpoints.append(e)
+            log.info("frigate endpoint %s serves model %s%s", ep, f.model,
+                     " (the model Frigate sends)" if f.accept_models else "")
+        for e in self.endpoints:
+            assert e.router is not None
+            e.router.start()
 
     def loops(self) -> list[Loop]:
-        return [("frigate", self.recv_loop(f, address, s)) for f, address, s in self.bound]
+        return []  # each endpoint's Router is driven by the loop itself
 
     async def apply(self, config: Config) -> list[str]:
         return []  # [[server.frigate]] is bound at start: a change needs a restart
 
     def listeners(self) -> list[Listener]:
-        return [Listener("frigate", address,
-                         "the model Frigate sends" if f.accept_models else f.model)
-                for f, address, _ in self.bound]
+        return [Listener("frigate", e.address,
+                         "the model Frigate sends" if e.cfg.accept_models else e.cfg.model)
+                for e in self.endpoints]
 
     def status(self) -> dict[str, Any]:
-        return {"frigate": {address: f.model for f, address, _ in self.bound},
+        return {"frigate": {e.address: e.cfg.model for e in self.endpoints},
                 "frigate_rungs": self.manage.sent.rungs.entries}
 
     async def stop(self) -> None:
-        sockets.close([s for _, _, s in self.bound], [a for _, a, _ in self.bound])
-        self.bound.clear()
+        for e in self.endpoints:
+            if e.router is not None:
+                e.router.close()
+        self.endpoints.clear()
 
     # -- requests ------------------------------------------------------------------------
 
-    async def recv_loop(self, cfg: FrigateConfig, address: str,
-                        sock: zmq.asyncio.Socket) -> None:
-        ep = _Endpoint(self.state, cfg, address, sock, self.manage.endpoint(cfg, address))
-        log.info("frigate endpoint %s serves model %s%s", address, cfg.model,
-                 " (the model Frigate sends)" if cfg.accept_models else "")
-        while True:
-            frames = await sock.recv_multipart(copy=False)
-            try:
-                envelope, body = split_envelope(frames)
-                header = management_header(body)
-                if header is not None:
-                    self.manage.handle(sock, ep.manage, envelope, header, body)
-                else:
-                    self.handle(ep, envelope, body)
-            except Exception:  # nothing a client sends may stop the loop
-                log.exception("unhandled error while handling a Frigate request")
+    def on_message(self, ep: _Endpoint, router: sockets.Router, frames: list[Any]) -> None:
+        envelope, body = split_envelope(frames)
+        header = management_header(body)
+        if header is not None:
+            self.manage.handle(router, ep.manage, envelope, header, body)
+        else:
+            self.handle(ep, envelope, body)
 
     def handle(self, ep: _Endpoint, envelope: list[bytes], body: list[zmq.Frame]) -> None:
         received = time.monotonic()
@@ -188,4 +188,5 @@ class FrigateRoom:
 
     def _reply(self, ep: _Endpoint, envelope: list[bytes], result: bytes) -> None:
         self.state.answered += 1
-        send(ep.sock, envelope, [result])
+        assert ep.router is not None
+        ep.router.send(envelope, [result])

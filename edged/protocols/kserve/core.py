@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from edged.batching.queue import Result
 from edged.errors import EdgedError, InvalidArgument, ResourceExhausted, Unavailable
 from edged.host.thread_names import name_os_thread
 from edged.model.model import Model
+from edged.model.registry import Served
 from edged.model.request import InputMeta, Request
 from edged.protocols.admission import Admission, Ticket
 from edged.protocols.kserve.tensors import Tensor, datatype, triton_type
@@ -66,6 +68,8 @@ class InferAnswer:
     variant: str
     outputs: list[tuple[str, np.ndarray]]
     timing: dict[str, int]
+    #: more reply parameters: ``labels`` (JSON) when the answer has detections
+    parameters: dict[str, str] = field(default_factory=dict)
 
 
 class KServeCore:
@@ -94,14 +98,14 @@ class KServeCore:
         return st.ready and st.serving and all(m.ready for m in st.registry if m.cfg.required)
 
     def model_ready(self, name: str) -> bool:
-        m = self.state.registry.find(name)
+        m = self.state.registry.find_served(name)
         return m is not None and m.ready and self.state.serving
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": "edged", "version": __version__, "extensions": EXTENSIONS}
 
-    def model(self, name: str, version: str = "") -> Model:
-        m = self.state.registry.get(name)  # NOT_FOUND for an unknown model
+    def model(self, name: str, version: str = "") -> Served:
+        m = self.state.registry.served(name)  # NOT_FOUND for an unknown model or pipeline
         if version not in ("", "1"):
             raise InvalidArgument(f"model {m.name!r} has only version 1 (edged's variants "
                                   f"are not versions); got {version!r}")
@@ -112,7 +116,7 @@ class KServeCore:
         self._require_loaded(m)
         outputs = [_tensor_meta(s.name, s.dtype, s.shape) for s in m.outputs]
         if _detector(m):
-            outputs.append(_tensor_meta(DETECTIONS, np.dtype(np.float32), (-1, 6)))
+            outputs.append(_tensor_meta(DETECTIONS, np.dtype(np.float32), (-1, _columns(m))))
         return {"name": m.name, "versions": ["1"], "platform": _platform(m),
                 "inputs": [_tensor_meta(s.name, s.dtype, s.shape) for s in m.inputs],
                 "outputs": outputs}
@@ -128,13 +132,17 @@ class KServeCore:
 
         outputs = [tensor(s.name, s.dtype, s.shape) for s in m.outputs]
         if _detector(m):
-            outputs.append({"name": DETECTIONS, "data_type": "TYPE_FP32", "dims": [-1, 6]})
+            outputs.append({"name": DETECTIONS, "data_type": "TYPE_FP32",
+                            "dims": [-1, _columns(m)]})
+        served = m if isinstance(m, Model) else m.detector  # a pipeline: its detector's
+        assert served is not None  # _require_loaded
         cfg: dict[str, Any] = {
-            "name": m.name, "platform": _platform(m), "backend": m.describe()["backend"] or "",
-            "max_batch_size": m.cfg.max_batch_size,
+            "name": m.name, "platform": _platform(m), "backend": _backend(m),
+            "max_batch_size": served.cfg.max_batch_size,
             "input": [tensor(s.name, s.dtype, s.shape) for s in m.inputs],
             "output": outputs,
-            "dynamic_batching": {"max_queue_delay_microseconds": int(m.cfg.max_delay_ms * 1000)},
+            "dynamic_batching": {"max_queue_delay_microseconds":
+                                 int(served.cfg.max_delay_ms * 1000)},
         }
         return cfg
 
@@ -148,7 +156,7 @@ class KServeCore:
             q_n, q_s = _hist(met.queue_duration.labels(m.name))
             _, rows = _hist(met.batch_size.labels(m.name))
             exec_n = exec_s = 0.0
-            for v in m.variant_names:
+            for v in (m.variant_names if isinstance(m, Model) else []):  # a pipeline: none
                 n, s = _hist(met.compute_duration.labels(m.name, v))
                 exec_n, exec_s = exec_n + n, exec_s + s
             fail = sum(c._value.get() for labels, c in _children(met.requests)
@@ -166,7 +174,7 @@ class KServeCore:
             })
         return out
 
-    def _require_loaded(self, m: Model) -> None:
+    def _require_loaded(self, m: Served) -> None:
         if not m.inputs:
             detail = f": {m.error}" if m.error else ""
             raise Unavailable(f"model {m.name!r} is {m.state}{detail}")
@@ -200,7 +208,7 @@ class KServeCore:
     def refused(self, protocol: str, model: str, err: EdgedError, received: float) -> None:
         """Count a request the room could not even read (bad tensors, bad JSON)."""
         self.admission.reject(err, model)
-        found = self.state.registry.find(model) is not None
+        found = self.state.registry.find_served(model) is not None
         self._count(protocol, model if found else "", err.status, received)
 
     async def _enter(self, ticket: Ticket, call: InferCall) -> None:
@@ -224,7 +232,7 @@ class KServeCore:
             raise
         self.admission.submit(ticket, prepared, priority=req.priority, timeout_ms=req.timeout_ms)
 
-    async def _prepare_off_loop(self, model: Model, req: Request) -> Any:
+    async def _prepare_off_loop(self, model: Served, req: Request) -> Any:
         if self._decoding >= MAX_PENDING_DECODES:
             raise ResourceExhausted(f"{self._decoding} images are waiting to be preprocessed; "
                                     "try again shortly")
@@ -240,7 +248,7 @@ class KServeCore:
         finally:
             self._decoding -= 1
 
-    def _request(self, model: Model, call: InferCall) -> Request:
+    def _request(self, model: Served, call: InferCall) -> Request:
         """The native ``Request`` this KServe request stands for."""
         params = call.parameters
         timeout_ms = None
@@ -281,7 +289,7 @@ class KServeCore:
                        timeout_ms=timeout_ms, priority=priority, outputs=outputs,
                        options=options, stream=stream)
 
-    def _outputs(self, model: Model, asked: list[str] | None
+    def _outputs(self, model: Served, asked: list[str] | None
                  ) -> tuple[list[str] | None, dict[str, Any]]:
         """A detector answers ``detections``; raw outputs only when asked by name."""
         if not _detector(model) or asked is None:
@@ -289,16 +297,21 @@ class KServeCore:
         raw = [o for o in asked if o != DETECTIONS]
         return (raw or None), ({"raw": True} if raw else {})
 
-    def _answer(self, model: Model, call: InferCall, r: Result) -> InferAnswer:
+    def _answer(self, model: Served, call: InferCall, r: Result) -> InferAnswer:
         outputs = list(r.outputs)
+        parameters: dict[str, str] = {}
         if r.detections is not None and (call.outputs is None or DETECTIONS in call.outputs):
             outputs.append((DETECTIONS, np.ascontiguousarray(r.detections, np.float32)))
+            # the detections' columns and labels (a pipeline's: each stage's too), as the
+            # native reply's header entry says them
+            header = r.detections_header or model.detections_header(r.detections)
+            parameters["labels"] = json.dumps(header, separators=(",", ":"))
         if _detector(model) and call.outputs is not None:
             order = {n: i for i, n in enumerate(call.outputs)}
             outputs.sort(key=lambda o: order.get(o[0], len(order)))
         timing = {"queue_us": int(r.queue_s * 1e6), "compute_us": int(r.compute_s * 1e6),
                   "batch": r.batch}
-        return InferAnswer(model.name, r.variant, outputs, timing)
+        return InferAnswer(model.name, r.variant, outputs, timing, parameters)
 
     def _count(self, protocol: str, model: str, status: str, received: float) -> None:
         self.m_requests.labels(protocol, model, status).inc()
@@ -314,8 +327,18 @@ def _settle(fut: asyncio.Future[Result], ticket: Ticket, outcome: Result | Edged
         fut.set_result(outcome)
 
 
-def _detector(m: Model) -> bool:
-    return m.cfg.postprocess is not None
+def _detector(m: Served) -> bool:
+    return m.detects
+
+
+def _columns(m: Served) -> int:
+    """The detections' columns: 6 for a detector (7 with track ids); a pipeline's vary
+    with its stages and the request's tracking (-1)."""
+    return 6 if isinstance(m, Model) else -1
+
+
+def _backend(m: Served) -> str:
+    return (m.describe().get("backend") or "") if isinstance(m, Model) else "pipeline"
 
 
 def _classes(v: str) -> list[int]:
@@ -330,8 +353,8 @@ def _tensor_meta(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> dict[str
     return {"name": name, "datatype": datatype(dtype), "shape": list(shape)}
 
 
-def _platform(m: Model) -> str:
-    backend = m.describe()["backend"] or ""
+def _platform(m: Served) -> str:
+    backend = _backend(m)
     return {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}.get(
         backend, f"edged_{backend}")
 

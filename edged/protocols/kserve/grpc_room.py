@@ -102,6 +102,8 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         resp.parameters["batch"].int64_param = answer.timing["batch"]
         resp.parameters["queue_us"].int64_param = answer.timing["queue_us"]
         resp.parameters["compute_us"].int64_param = answer.timing["compute_us"]
+        for key, value in answer.parameters.items():
+            resp.parameters[key].string_param = value
         for name, arr in answer.outputs:
             out = resp.outputs.add()
             out.name = name

@@ -207,7 +207,8 @@ def _reply(answer: InferAnswer, rid: str, default_binary: bool,
             o["data"] = _json_data(arr)
         outputs.append(o)
     doc = {"model_name": answer.model, "model_version": "1", "id": rid,
-           "parameters": {"variant": answer.variant, **answer.timing}, "outputs": outputs}
+           "parameters": {"variant": answer.variant, **answer.timing, **answer.parameters},
+           "outputs": outputs}
     head = json.dumps(doc, separators=(",", ":")).encode()
     if not blobs:
         return web.Response(body=head, content_type="application/json")

@@ -50,7 +50,7 @@ class KServeRoom:
         return []  # grpc.aio and aiohttp run their own servers on the loop
 
     def listeners(self) -> list[Listener]:
-        return [Listener(f"kserve-{kind}", f"{s.address} (port {s.port})")
+        return [Listener(f"kserve-{kind}", f"{s.address} (port {s.port})", "every model")
                 for kind, s in self._servers.items()]
 
     def status(self) -> dict[str, Any]:

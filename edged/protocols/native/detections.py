@@ -29,11 +29,38 @@ def detections_frame(rows: np.ndarray,
 @dataclass(frozen=True)
 class Detections:
     """A detection model's answer: rows ``[x1, y1, x2, y2, score, class]``, best first, box
-    corners in pixels of the frame the client sent (so a camera app draws them as is)."""
+    corners in pixels of the frame the client sent (so a camera app draws them as is).
 
-    rows: np.ndarray  # float32 [K, 6]
+    A pipeline's answer has more columns (a ``track_id``, then ``<stage>_class``,
+    ``<stage>_score``, ``<stage>_state`` per stage) and, in ``stages``, each stage's
+    labels, variant, batch sizes and status as the reply header says them
+    (docs/pipelines.md); ``stage_label`` and ``stage_state`` read them per box."""
+
+    rows: np.ndarray  # float32 [K, len(columns)]
     columns: tuple[str, ...] = DETECTION_COLUMNS
     labels: dict[int, str] = field(default_factory=dict)
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: a stage state's number -> its name (fresh, carried, not_selected, failed, shed)
+    states: dict[int, str] = field(default_factory=dict)
+
+    def column(self, name: str) -> np.ndarray:
+        """One column by name (KeyError naming the columns there are)."""
+        if name not in self.columns:
+            raise KeyError(f"no column {name!r}; the columns are {', '.join(self.columns)}")
+        return self.rows[:, self.columns.index(name)]
+
+    def stage_state(self, stage: str, k: int) -> str:
+        """Box ``k``'s state for ``stage``: fresh, carried, not_selected, failed or shed."""
+        n = int(self.column(f"{stage}_state")[k])
+        return self.states.get(n, str(n))
+
+    def stage_label(self, stage: str, k: int) -> str | None:
+        """Box ``k``'s label from ``stage`` (None when the stage gave it none)."""
+        c = int(self.column(f"{stage}_class")[k])
+        if c < 0 or self.stage_state(stage, k) not in ("fresh", "carried"):
+            return None
+        labels = (self.stages.get(stage) or {}).get("labels") or {}
+        return str(labels.get(str(c), labels.get(c, c)))
 
     def __len__(self) -> int:
         return int(self.rows.shape[0])
@@ -84,4 +111,12 @@ def decode_detections(header: dict[str, Any], frames: list[Any]) -> Detections |
         names = {int(k): str(v) for k, v in labels.items()}
     except ValueError:
         raise ValueError("reply detections.labels keys must be class numbers") from None
-    return Detections(rows, tuple(columns), names)
+    stages = meta.get("stages") or {}
+    states = meta.get("states") or {}
+    if not isinstance(stages, dict) or not isinstance(states, dict):
+        raise ValueError("reply detections.stages and .states must be objects")
+    try:
+        state_names = {int(k): str(v) for k, v in states.items()}
+    except ValueError:
+        raise ValueError("reply detections.states keys must be numbers") from None
+    return Detections(rows, tuple(columns), names, stages, state_names)

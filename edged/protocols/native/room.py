@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from edged.batching.queue import Result
 from edged.config.file import Config
@@ -36,7 +35,7 @@ from edged.protocols.native.reply import encode_header, error_reply, ok_reply_fr
 from edged.protocols.native.request import ProtocolError, decode_header, parse_request, peek_id
 from edged.protocols.native.shm_room import Read, ShmRoom
 from edged.protocols.serving import Listener, Loop, Serving
-from edged.protocols.sockets import send, split_envelope
+from edged.protocols.sockets import split_envelope
 
 log = logging.getLogger("edged.server")
 
@@ -52,14 +51,14 @@ class NativeRoom:
         self.shm = ShmRoom(serving)
         self.admission = Admission(serving)
         self.endpoints: list[str] = []
-        self.sockets: list[zmq.asyncio.Socket] = []
-        #: sockets on endpoints other hosts can reach: no shared-memory rings there
-        self.remote: set[zmq.asyncio.Socket] = set()
+        self.routers: list[sockets.Router] = []
+        #: routers on endpoints other hosts can reach: no shared-memory rings there
+        self.remote: set[sockets.Router] = set()
         self._auth: Any = None
         self._pre_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-pre",
                                             initializer=name_os_thread)
         self._decoding = 0  # requests waiting for image decode/preprocess
-        self._quiet: dict[zmq.asyncio.Socket, Callable[[], bool]] = {}
+        self._quiet: dict[sockets.Router, Callable[[], bool]] = {}
 
     # -- the room, as the lifecycle drives it --------------------------------------------
 
@@ -69,15 +68,17 @@ class NativeRoom:
         self.endpoints = resolve_endpoints(cfg.endpoints, self.state.runtime_dir)
         keys = self._security(cfg)
         for ep in self.endpoints:
-            s = sockets.bind_router(self.state.zmq, ep, cfg.limits.hard_cap, keys)
-            self.sockets.append(s)
+            r = sockets.Router(sockets.bind_router(self.state.zmq, ep, cfg.limits.hard_cap, keys),
+                               ep, self.handle)
+            self.routers.append(r)
             if not sockets.is_local(ep):
-                self.remote.add(s)
+                self.remote.add(r)
         self.shm.configure(self.state.runtime_dir)
+        for r in self.routers:
+            r.start()
 
     def loops(self) -> list[Loop]:
-        return [*(("recv", self.recv_loop(s)) for s in self.sockets),
-                ("shm-reaper", self.shm.loop())]
+        return [("shm-reaper", self.shm.loop())]
 
     async def apply(self, config: Config) -> list[str]:
         """Re-read the allowed client keys: adds and revokes take effect now."""
@@ -88,7 +89,7 @@ class NativeRoom:
         return []
 
     def listeners(self) -> list[Listener]:
-        return [Listener("native", e) for e in self.endpoints]
+        return [Listener("native", e, "every model") for e in self.endpoints]
 
     def status(self) -> dict[str, Any]:
         return {"endpoints": self.endpoints}
@@ -96,8 +97,9 @@ class NativeRoom:
     async def stop(self) -> None:
         if self._auth is not None:
             self._auth.stop()
-        sockets.close(self.sockets, self.endpoints)
-        self.sockets.clear()
+        for r in self.routers:
+            r.close()
+        self.routers.clear()
         self._pre_pool.shutdown(wait=False)
         self.shm.close()
 
@@ -128,15 +130,7 @@ class NativeRoom:
 
     # -- requests ------------------------------------------------------------------------
 
-    async def recv_loop(self, sock: zmq.asyncio.Socket) -> None:
-        while True:
-            frames = await sock.recv_multipart(copy=False)
-            try:
-                self.handle(sock, frames)
-            except Exception:  # nothing a client sends may stop the loop
-                log.exception("unhandled error while handling a request")
-
-    def handle(self, sock: zmq.asyncio.Socket, frames: list[zmq.Frame]) -> None:
+    def handle(self, router: sockets.Router, frames: list[zmq.Frame]) -> None:
         received = time.monotonic()
         envelope, body = split_envelope(frames)
         limits = self.state.config.server.limits
@@ -146,36 +140,37 @@ class NativeRoom:
             header = None
             with contextlib.suppress(Exception):
                 header = decode_header(body[0], limits)
-            self._refuse(sock, envelope, peek_id(header, limits), None, e)
+            self._refuse(router, envelope, peek_id(header, limits), None, e)
             return
         try:
             req = parse_request(body, limits)
         except ProtocolError as e:
-            self._refuse(sock, envelope, e.request_id, None, e)
+            self._refuse(router, envelope, e.request_id, None, e)
             return
         if req.op == "health":
-            self._reply(sock, envelope, [encode_header(self.health(req.id))])
+            self._reply(router, envelope, [encode_header(self.health(req.id))])
             return
         if req.op == "models":
-            self._reply(sock, envelope, [encode_header({
+            self._reply(router, envelope, [encode_header({
                 "v": 1, "id": req.id, "status": "OK",
-                "models": self.state.registry.describe()})])
+                "models": self.state.registry.describe(),
+                "pipelines": self.state.registry.describe_pipelines()})])
             return
         if req.op == "shm":
             try:
-                body = self.shm.op(envelope[0], req, sock not in self.remote)
+                body = self.shm.op(envelope[0], req, router not in self.remote)
             except EdgedError as e:
-                self._refuse(sock, envelope, req.id, None, e)
+                self._refuse(router, envelope, req.id, None, e)
                 return
-            self._reply(sock, envelope, [encode_header(body)])
+            self._reply(router, envelope, [encode_header(body)])
             return
         assert req.model is not None
         try:
             ticket = self.admission.admit(
-                req.model, received, functools.partial(self._respond, sock, envelope, req.id),
+                req.model, received, functools.partial(self._respond, router, envelope, req.id),
                 client=envelope[0])
         except EdgedError as e:
-            self._refuse(sock, envelope, req.id, req.model, e)
+            self._refuse(router, envelope, req.id, req.model, e)
             return
         reads: list[Read] = []
         if req.shm_inputs:
@@ -198,7 +193,7 @@ class NativeRoom:
             self._decoding += 1
             try:
                 self._pre_pool.submit(self._prepare_off_loop, asyncio.get_running_loop(),
-                                      sock, ticket, req, reads)
+                                      router, ticket, req, reads)
             except RuntimeError:  # the pool is shut down: the daemon is stopping
                 self._decoding -= 1
                 self.admission.fail(ticket, Unavailable("the daemon is shutting down"))
@@ -209,9 +204,9 @@ class NativeRoom:
             self.admission.fail(ticket, e)
             return
         self.admission.submit(ticket, prepared, priority=req.priority, timeout_ms=req.timeout_ms,
-                              quiet=self._quiet_on(sock))
+                              quiet=self._quiet_on(router))
 
-    def _prepare_off_loop(self, loop: asyncio.AbstractEventLoop, sock: zmq.asyncio.Socket,
+    def _prepare_off_loop(self, loop: asyncio.AbstractEventLoop, router: sockets.Router,
                           ticket: Ticket, req: Request, reads: list[Read]) -> None:
         """On the decode pool: read large shm slots, prepare, then one call back onto the
         loop. (No task and no asyncio future per request: the same two thread hand-offs,
@@ -226,9 +221,9 @@ class NativeRoom:
             log.exception("preprocessing failed")
             outcome = EdgedError(f"preprocessing failed: {type(e).__name__}: {e}")
         with contextlib.suppress(RuntimeError):  # the loop is closed: the daemon stopped
-            loop.call_soon_threadsafe(self._prepared, sock, ticket, req, outcome)
+            loop.call_soon_threadsafe(self._prepared, router, ticket, req, outcome)
 
-    def _prepared(self, sock: zmq.asyncio.Socket, ticket: Ticket, req: Request,
+    def _prepared(self, router: sockets.Router, ticket: Ticket, req: Request,
                   outcome: Any) -> None:
         """Back on the loop with a decoded request (or why it could not be)."""
         self._decoding -= 1
@@ -238,46 +233,48 @@ class NativeRoom:
             self.admission.fail(ticket, Unavailable("the daemon is shutting down"))
         else:
             self.admission.submit(ticket, outcome, priority=req.priority,
-                                  timeout_ms=req.timeout_ms, quiet=self._quiet_on(sock))
+                                  timeout_ms=req.timeout_ms, quiet=self._quiet_on(router))
 
-    def _quiet_on(self, sock: zmq.asyncio.Socket) -> Callable[[], bool]:
-        """Nothing else waits on ``sock``: one function per socket, asked only by a batcher
+    def _quiet_on(self, router: sockets.Router) -> Callable[[], bool]:
+        """Nothing else waits on ``router``: one function per socket, asked only by a batcher
         that may compute inline (``inline_max_ms``)."""
-        quiet = self._quiet.get(sock)
+        quiet = self._quiet.get(router)
         if quiet is None:
             def quiet() -> bool:
-                return not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN
+                return not router.waiting()
 
-            self._quiet[sock] = quiet
+            self._quiet[router] = quiet
         return quiet
 
-    def _respond(self, sock: zmq.asyncio.Socket, envelope: list[bytes],
+    def _respond(self, router: sockets.Router, envelope: list[bytes],
                  request_id: str | int | None, ticket: Ticket,
                  outcome: Result | EdgedError) -> None:
         """The request's one reply (``Admission`` has counted it already)."""
         if isinstance(outcome, EdgedError):
-            self._send_error(sock, envelope, request_id, outcome)
+            self._send_error(router, envelope, request_id, outcome)
             return
         timing = {"queue_us": int(outcome.queue_s * 1e6),
                   "compute_us": int(outcome.compute_s * 1e6), "batch": outcome.batch,
                   "total_us": int((time.monotonic() - ticket.received) * 1e6)}
         dets = outcome.detections
-        frames = ok_reply_frames(
-            request_id, ticket.model.name, outcome.variant, outcome.outputs, timing, dets,
-            ticket.model.detections_header(dets) if dets is not None else None)
-        self._reply(sock, envelope, frames)
+        header = None
+        if dets is not None:  # a pipeline's answer has its own (its stages' batches)
+            header = outcome.detections_header or ticket.model.detections_header(dets)
+        frames = ok_reply_frames(request_id, ticket.model.name, outcome.variant,
+                                 outcome.outputs, timing, dets, header)
+        self._reply(router, envelope, frames)
 
-    def _refuse(self, sock: zmq.asyncio.Socket, envelope: list[bytes],
+    def _refuse(self, router: sockets.Router, envelope: list[bytes],
                 request_id: str | int | None, model: str | None, err: EdgedError) -> None:
         """A request refused before admission: counted, then answered."""
         self.admission.reject(err, model)
-        self._send_error(sock, envelope, request_id, err)
+        self._send_error(router, envelope, request_id, err)
 
-    def _send_error(self, sock: zmq.asyncio.Socket, envelope: list[bytes],
+    def _send_error(self, router: sockets.Router, envelope: list[bytes],
                     request_id: str | int | None, err: EdgedError) -> None:
-        self._reply(sock, envelope, [encode_header(error_reply(request_id, err.status,
+        self._reply(router, envelope, [encode_header(error_reply(request_id, err.status,
                                                                str(err)))])
 
-    def _reply(self, sock: zmq.asyncio.Socket, envelope: list[bytes], frames: list[Any]) -> None:
+    def _reply(self, router: sockets.Router, envelope: list[bytes], frames: list[Any]) -> None:
         self.state.answered += 1
-        send(sock, envelope, frames)
+        router.send(envelope, frames)
