@@ -18,7 +18,9 @@ from support.slow_model import BASE_TRIP, BUSY, make_slow_model
 from support.sysfs import make_thermal_zone
 from support.waits import wait_computing, wait_until
 
+from edged.backends.base import TensorSpec
 from edged.client import build_infer
+from edged.protocols.kserve.remote import RemoteError, RemoteTensor, metadata_mismatch
 
 VAL = np.load(MODELS / "validation.npz")
 X = (VAL["x"][:4].astype(np.float32) / 255.0)[:, None]
@@ -128,3 +130,47 @@ def test_a_request_that_would_miss_its_deadline_here_goes_to_the_remote(pair: An
         assert set(got) == {"busy", "patient"}
     assert metric(metrics(local), "edged_offload_requests_total", model="slow",
                   reason="deadline", outcome="remote") == 1
+
+
+# -- the remote model's metadata against the local model's tensors ------------------------
+
+def _spec(name: str, shape: tuple[int, ...], dtype: Any = np.float32) -> TensorSpec:
+    return TensorSpec(name, np.dtype(dtype), shape)
+
+
+def _remote(inputs: list[tuple[str, str, list[int]]],
+            outputs: list[tuple[str, str, list[int]]]) -> dict[str, list[RemoteTensor]]:
+    return {k: [RemoteTensor.read({"name": n, "datatype": d, "shape": s}) for n, d, s in v]
+            for k, v in (("inputs", inputs), ("outputs", outputs))}
+
+
+DIGITS_IN, DIGITS_OUT = [_spec("input", (-1, 1, 28, 28))], [_spec("logits", (-1, 10))]
+
+
+def test_a_remote_with_the_same_tensors_matches_and_dynamic_dims_are_compatible() -> None:
+    same = _remote([("input", "FP32", [-1, 1, 28, 28])], [("logits", "FP32", [-1, 10])])
+    assert metadata_mismatch(DIGITS_IN, DIGITS_OUT, same) is None
+    # A fixed size on one side, -1 on the other; an extra output the remote has; gRPC's
+    # int64 dims read as strings.
+    fixed = _remote([("input", "FP32", [8, 1, -1, "28"])],  # type: ignore[list-item]
+                    [("logits", "FP32", [8, 10]), ("probs", "FP32", [-1, 10])])
+    assert metadata_mismatch(DIGITS_IN, DIGITS_OUT, fixed) is None
+    # A server that does not describe its model cannot be checked, and is not refused.
+    assert metadata_mismatch(DIGITS_IN, DIGITS_OUT, _remote([], [])) is None
+
+
+def test_each_difference_from_the_local_tensors_is_named() -> None:
+    why = metadata_mismatch(DIGITS_IN, DIGITS_OUT, _remote(
+        [("input", "FP16", [-1, 1, 28, 28]), ("mask", "BOOL", [-1])],
+        [("logits", "FP32", [-1, 12])]))
+    assert why is not None
+    assert "input 'input' is FP16 [-1, 1, 28, 28] on the remote, FP32 [-1, 1, 28, 28] here" \
+        in why, why
+    assert "the remote also needs input(s) 'mask'" in why, why
+    assert "output 'logits' is FP32 [-1, 12] on the remote, FP32 [-1, 10] here" in why, why
+    rank = metadata_mismatch(DIGITS_IN, DIGITS_OUT, _remote(
+        [("input", "FP32", [1, 28, 28])], [("scores", "FP32", [-1, 10])]))
+    assert rank is not None and "input 'input' is FP32 [1, 28, 28] on the remote" in rank
+    assert "output 'logits' (FP32 [-1, 10]) is not in the remote model" in rank, rank
+    with pytest.raises(RemoteError, match="unreadable tensor"):
+        RemoteTensor.read({"name": "x", "shape": [1]})

@@ -2,7 +2,8 @@
 model run in process by ONNX Runtime (default session options, as a user would);
 ``edged bench soak`` starts a daemon of its own and holds it under mixed load (``soak``);
 ``edged bench footprint`` starts one to time its start and measure its idle CPU and
-memory (``footprint``).
+memory (``footprint``); ``edged bench --peer triton|mlserver|kserve --onnx MODEL.onnx``
+starts a daemon and a real KServe v2 server on that file and compares them (``peer``).
 
 Why in the package: an operator measures *their* device with *their* model without
 the repository's scripts; the figures are the ones the docs report (throughput, p50,
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edged.bench import footprint
+from edged.bench import footprint, peer
 from edged.bench.daemon_process import daemon_pid
 from edged.bench.floor import Floors, check_single_input, cores
 from edged.bench.load import drive, request
@@ -31,7 +32,10 @@ from edged.testing.harness import machine_info, say_machine
 #: what ``edged bench --help`` says (the module docstring is for developers)
 DESCRIPTION = """\
 Load a running daemon and report throughput and latency (p50, p90, p99); with --raw, the
-same model run in process by ONNX Runtime beside it, and the daemon/raw ratios.
+same model run in process by ONNX Runtime beside it, and the daemon/raw ratios. With --peer
+triton|mlserver|kserve --onnx MODEL.onnx: start a daemon and that real KServe v2 server on
+the same file and compare them through the same clients (the server is installed into its
+own environment under ~/.cache/edged-peers the first time, from PyPI).
 
   edged bench soak       start a daemon and hold it under mixed load for a long time
   edged bench footprint  start a daemon: time to healthy, idle CPU, memory
@@ -46,10 +50,10 @@ def add_parser(subparsers: Any) -> None:
                    help="the daemon's inference endpoint (default: $EDGED_ENDPOINT, else found "
                         "as every edged command finds its daemon, said when guessed)")
     p.add_argument("--model", help="the model to load (required unless a subcommand is "
-                   "given)")
+                   "given; with --peer: the name both servers serve it as, default 'model')")
     p.add_argument("--clients", type=int, default=None,
-                   help="client processes (default 1; with --floor: 8, for the throughput "
-                        "phase)")
+                   help="client processes (default 1; with --floor or --peer: 8, for the "
+                        "throughput phase)")
     p.add_argument("--in-flight", type=int, default=1,
                    help="requests each client keeps in flight (default 1)")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per round")
@@ -91,6 +95,7 @@ def add_parser(subparsers: Any) -> None:
                         "(default: control.sock beside an ipc:// --endpoint, else as "
                         "'edged status' finds it)")
     p.add_argument("--json", type=Path, help="write the full result here")
+    peer.add_arguments(p)
     p.set_defaults(func=run)
     # Subcommands that start a daemon of their own instead of loading a running one.
     sub = p.add_subparsers(dest="bench_cmd", metavar="{soak,footprint}", required=False)
@@ -101,6 +106,10 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from edged.client import Client
 
+    if args.peer is not None:
+        if args.clients is None:
+            args.clients = 8
+        return peer.run_peer(args)
     if args.model is None:
         print("edged bench: --model is required (or `edged bench soak` or `edged bench "
               "footprint`, which start a daemon of their own)", file=sys.stderr)

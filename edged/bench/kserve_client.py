@@ -1,5 +1,6 @@
 """One ``edged bench`` client process speaking KServe v2 through tritonclient (its asyncio
-clients, ``in_flight`` requests outstanding), reporting what the native bench client does."""
+clients, ``in_flight`` requests outstanding), reporting what the native bench client does.
+The same client drives edged and, with ``edged bench --peer``, Triton, MLServer or KServe."""
 
 from __future__ import annotations
 
@@ -53,10 +54,9 @@ async def _drive(protocol: str, address: str, header: dict[str, Any], frames: li
                 r = await client.infer(header["model"], inputs)
                 status = "OK"
                 lat.append(time.perf_counter() - start)
-                v = (r.get_response().parameters["variant"].string_param
-                     if protocol == "kserve-grpc" else
-                     r.get_response()["parameters"]["variant"])
-                variants[v] = variants.get(v, 0) + 1
+                v = _variant(r, protocol)
+                if v is not None:  # another server (edged bench --peer) states none
+                    variants[v] = variants.get(v, 0) + 1
             except InferenceServerException as e:
                 status = str(e.status())
             statuses[status] = statuses.get(status, 0) + 1
@@ -67,3 +67,13 @@ async def _drive(protocol: str, address: str, header: dict[str, Any], frames: li
     await client.close()
     return {"latencies": lat, "statuses": statuses, "variants": variants,
             "elapsed": time.monotonic() - t0}
+
+
+def _variant(r: Any, protocol: str) -> str | None:
+    """The ``variant`` reply parameter edged sets (None from a server that does not)."""
+    params = r.get_response().parameters if protocol == "kserve-grpc" else (
+        r.get_response().get("parameters") or {})
+    if "variant" not in params:
+        return None
+    v = params["variant"]
+    return str(v.string_param if protocol == "kserve-grpc" else v)

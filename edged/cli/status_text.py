@@ -46,9 +46,22 @@ def format_status(r: dict[str, Any]) -> str:
         lines.append("governor  disabled")
     else:
         lines.extend(_format_governor(g))
+    if r.get("offload"):
+        lines.extend(_format_offload(r["offload"]))
     if r.get("last_reload"):
         lines.append(f"last reload: {json.dumps(r['last_reload'])}")
     return "\n".join(lines)
+
+
+def _format_offload(o: dict[str, Any]) -> list[str]:
+    """The remote and, per model, whether it is offloaded there and, if not, why."""
+    tensors = f", {o['tensors']} tensors" if o.get("tensors") else ""
+    lines = [f"offload   {o['url']} ({o['inflight']} in flight{tensors})"]
+    for name, m in o["models"].items():
+        state = ("down" if not o["up"].get(name) else
+                 f"unused: {m['unused']}" if m.get("unused") else "up")
+        lines.append(f"  {name} -> {m['remote_model']} (counts as {m['counts_as']}): {state}")
+    return lines
 
 
 def table(header: list[str], rows: list[list[str]],

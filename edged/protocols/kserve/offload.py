@@ -9,6 +9,18 @@ outputs come back to be decoded here, so replies look the same, with ``variant =
 "remote:<name>"``. On any remote failure the request is computed here if its deadline
 still allows, else answered DEADLINE_EXCEEDED. ``Admission.submit`` asks ``take``
 before it queues a request here, so every protocol room offloads the same way.
+
+What marks a remote down, and what does not: only a connection failure on the request
+path (``RemoteError.down``) and the background readiness check. A request the remote
+refuses or fails (an HTTP status, a gRPC status other than UNAVAILABLE) is that
+request's failure alone: one bad request must not stop offloading for everyone.
+
+The metadata check: at start and on each health check the remote model's metadata is
+compared with the local model's tensors (``remote.metadata_mismatch``); a model whose
+remote does not match stays local, with the reason in ``status()`` and one log line per
+change (not per check). The tensors compared are the model's contract: what a request
+is prepared into here and what the head reads back, for every variant of the model,
+the one the remote counts as included.
 """
 
 from __future__ import annotations
@@ -29,6 +41,10 @@ from edged.model.model import Model
 from edged.protocols.serving import Listener, Loop, Serving
 
 log = logging.getLogger("edged.offload")
+
+#: seconds a health check waits for each answer at least, whatever the interval: a busy
+#: remote (or a busy device) that answers in 300 ms is not down
+MIN_CHECK_TIMEOUT_S = 1.0
 
 
 @dataclass
@@ -53,6 +69,9 @@ class Offload:
         self.cfg = OffloadConfig()
         self._remote: Any = None  # edged.protocols.kserve.remote.Remote
         self._up: dict[str, bool] = {}
+        #: why a model's offload is unused although its remote is up (None: it is used)
+        self._unused: dict[str, str | None] = {}
+        self._logged: dict[str, str | None] = {}  # the reason last logged, per model
         self._inflight = 0
         m = state.metrics
         self.m_requests, self.m_remote, self.m_up = (m.offload_requests, m.offload_remote,
@@ -65,6 +84,9 @@ class Offload:
         await self.close()
         self.cfg = cfg
         self._up = {m.model: False for m in cfg.models}
+        self._unused = {m.model: "the remote model's metadata is not checked yet"
+                        for m in cfg.models}
+        self._logged = {}
         for m in cfg.models:
             self.m_up.labels(m.model).set(0)
         if cfg.enabled:
@@ -74,19 +96,58 @@ class Offload:
             log.info("offload to %s for %s", cfg.url, ",".join(m.model for m in cfg.models))
 
     async def loop(self) -> None:
-        """Background health checks (the lifecycle runs this task)."""
+        """Background health checks (the lifecycle runs this task): readiness, then the
+        remote model's metadata against the local model's tensors."""
         while True:
             remote, cfg = self._remote, self.cfg
             if remote is not None:
                 for m in cfg.models:
-                    ok = await remote.ready(m.remote_model, min(cfg.health_interval_s, 2.0))
-                    if ok != self._up.get(m.model):
-                        log.log(logging.INFO if ok else logging.WARNING,
-                                "offload remote %s model %s is %s", cfg.url, m.remote_model,
-                                "up" if ok else "down")
-                    self._up[m.model] = ok
-                    self.m_up.labels(m.model).set(int(ok))
+                    try:
+                        await self._check(remote, cfg, m)
+                    except Exception as e:  # one odd answer must not end the checks
+                        log.exception("offload check of %s failed", m.model)
+                        self._set_unused(m, f"the check failed: {type(e).__name__}: {e}")
             await asyncio.sleep(cfg.health_interval_s)
+
+    async def _check(self, remote: Any, cfg: OffloadConfig, m: OffloadModel) -> None:
+        from edged.protocols.kserve.remote import RemoteError, metadata_mismatch
+
+        local = self.state.registry.find(m.model)
+        if local is None or not local.inputs:
+            return  # nothing to compare with until the local model has loaded
+        timeout = max(MIN_CHECK_TIMEOUT_S, min(cfg.health_interval_s, 2.0))
+        ok = await remote.ready(m.remote_model, timeout)
+        if ok:
+            try:
+                meta = await remote.metadata(m.remote_model, timeout)
+            except RemoteError as e:
+                if e.down:  # gone (or hung) between the two calls: the next check sees it
+                    ok = False
+                else:  # it answered, but not with the model's metadata
+                    self._set_unused(m, f"the remote model's metadata could not be read: {e}")
+            else:
+                why = metadata_mismatch(local.inputs, local.outputs, meta)
+                self._set_unused(m, None if why is None else
+                                 f"the remote model does not match {m.model!r}: {why}")
+        if ok != self._up.get(m.model):
+            log.log(logging.INFO if ok else logging.WARNING,
+                    "offload remote %s model %s is %s", cfg.url, m.remote_model,
+                    "up" if ok else "down")
+        self._up[m.model] = ok
+        self.m_up.labels(m.model).set(int(ok))
+
+    def _set_unused(self, m: OffloadModel, why: str | None) -> None:
+        """Record why the model's offload is unused (None: used); log only a change."""
+        self._unused[m.model] = why
+        if self._logged.get(m.model, "") == why:
+            return
+        self._logged[m.model] = why
+        if why is None:
+            log.info("offload remote %s model %s matches model %s's inputs and outputs; "
+                     "offloading it", self.cfg.url, m.remote_model, m.model)
+        else:
+            log.warning("offload of model %s to %s model %s is unused: %s", m.model,
+                        self.cfg.url, m.remote_model, why)
 
     # -- as the lifecycle drives it (a room with no listener of its own) -------------------
 
@@ -110,12 +171,20 @@ class Offload:
         await self.close()
 
     def describe(self) -> dict[str, Any] | None:
+        """The section of ``edged status``: a model whose remote is up but not used has
+        ``unused`` (why); over HTTP, ``tensors`` says how they travel (binary or JSON)."""
         if not self.cfg.enabled:
             return None
-        return {"url": self.cfg.url, "up": dict(self._up), "inflight": self._inflight,
-                "models": {m.model: {"remote_model": m.remote_model,
-                                     "counts_as": m.variant or self._first_variant(m.model)}
-                           for m in self.cfg.models}}
+        out: dict[str, Any] = {
+            "url": self.cfg.url, "up": dict(self._up), "inflight": self._inflight,
+            "models": {m.model: {"remote_model": m.remote_model,
+                                 "counts_as": m.variant or self._first_variant(m.model),
+                                 **({"unused": self._unused[m.model]}
+                                    if self._unused.get(m.model) else {})}
+                       for m in self.cfg.models}}
+        if self._remote is not None and self._remote.http:
+            out["tensors"] = self._remote.tensors
+        return out
 
     def _first_variant(self, model: str) -> str | None:
         m = self.state.registry.find(model)
@@ -126,7 +195,8 @@ class Offload:
         """Start computing a request remotely and return True, or return False (local).
         ``respond`` gets its outcome once, as from ``Model.submit``."""
         mapping = self.cfg.for_model(model.name)
-        if mapping is None or self._remote is None or not self._up.get(model.name):
+        if (mapping is None or self._remote is None or not self._up.get(model.name)
+                or self._unused.get(model.name)):
             return False
         if self._inflight >= self.cfg.max_inflight:
             return False  # the remote has enough of ours: this one waits its turn here
@@ -177,9 +247,16 @@ class Offload:
     def _fallback(self, job: _Job, err: Exception) -> None:
         model = job.model
         if getattr(err, "down", False):
-            self._up[model.name] = False  # not tried again until a health check passes
-            self.m_up.labels(model.name).set(0)
-        log.warning("offload of a %s request failed (%s); computing it here", model.name, err)
+            # A connection failure: not tried again until a health check passes. Every
+            # model of this remote goes local (they share the connection).
+            if any(self._up.values()):
+                log.warning("offload remote %s is down (%s)", self.cfg.url, err)
+            for name in self._up:
+                self._up[name] = False
+                self.m_up.labels(name).set(0)
+        else:
+            log.warning("offload of a %s request failed (%s); computing it here",
+                        model.name, err)
         if job.deadline is not None and (
                 time.monotonic() + model.predicted_latency_s() > job.deadline):
             self.m_requests.labels(model.name, job.reason, "failed").inc()
