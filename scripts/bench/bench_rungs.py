@@ -98,7 +98,12 @@ def main() -> int:
     say_machine(info)
     model, rungs, source = rung_configs(a.ladder)
     if a.rung:
+        names = [r["name"] for r in rungs]
         rungs = [r for r in rungs if r["name"] in a.rung]
+        if not rungs:
+            print(f"bench_rungs: no rung named {', '.join(a.rung)}; the ladder's rungs: "
+                  f"{', '.join(names)}", file=sys.stderr)
+            return 2
     rows: dict[str, dict[str, list[float]]] = {
         r["name"]: {"in_process": [], "served": [], "p99_ms": []} for r in rungs}
     raw: list[float] = []
