@@ -82,6 +82,8 @@ class KServeCore:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-kserve",
                                         initializer=name_os_thread)
         self._decoding = 0
+        #: KServe calls admitted and not answered (both rooms; counted on the loop)
+        self._open = 0
         self.admission = Admission(state)
         self.m_requests = state.metrics.kserve_requests
         self.m_duration = state.metrics.kserve_duration
@@ -206,6 +208,7 @@ class KServeCore:
             done(e)
             return
         model = ticket.model
+        self._open += 1
         try:
             req = self._request(model, call)
             if model.needs_thread(req):
@@ -215,13 +218,21 @@ class KServeCore:
         except EdgedError as e:
             self.admission.fail(ticket, e)
             return
-        self.admission.submit(ticket, prepared, priority=req.priority, timeout_ms=req.timeout_ms)
+        self.admission.submit(ticket, prepared, priority=req.priority, timeout_ms=req.timeout_ms,
+                              quiet=self._alone)
+
+    def _alone(self) -> bool:
+        """No other KServe call is waiting here (asked only by a batcher that may compute
+        inline, ``inline_max_ms``): calls still being parsed on grpc's threads may wait
+        that long, as ZeroMQ messages do for a native request computed inline."""
+        return self._open <= 1
 
     def _finish(self, call: InferCall, protocol: str,
                 done: Callable[[InferAnswer | EdgedError], None], ticket: Ticket,
                 outcome: Result | EdgedError) -> None:
         """The request's one outcome (``Admission`` has counted it already)."""
         self.state.answered += 1
+        self._open -= 1
         model = ticket.model
         if isinstance(outcome, EdgedError):
             self._count(protocol, model.name, outcome.status, call.received)
@@ -270,7 +281,7 @@ class KServeCore:
                 self.admission.fail(ticket, Unavailable("the daemon is shutting down"))
             else:
                 self.admission.submit(ticket, outcome, priority=req.priority,
-                                      timeout_ms=req.timeout_ms)
+                                      timeout_ms=req.timeout_ms, quiet=self._alone)
 
         try:
             self._pool.submit(work)
