@@ -219,3 +219,13 @@ def test_isa_check_passes_on_an_emulated_avx2_only_cpu(tmp_path: Path) -> None:
     assert any(k.startswith("tests") and v == "PASS" for k, v in steps.items()), steps
     for label in ("config.toml", "digits-det"):
         assert all(v["ok"] for v in haswell["verify"][label]["variants"])
+
+
+def test_the_tests_it_runs_by_default_exist() -> None:
+    """A renamed test file would make every ``edged isa-check`` stop at pytest's "file
+    not found" before it checked anything."""
+    from support.paths import ROOT
+
+    from edged.device.isa_check import DEFAULT_TESTS
+
+    assert [t for t in DEFAULT_TESTS if not (ROOT / t).is_file()] == []

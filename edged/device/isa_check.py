@@ -40,20 +40,20 @@ from edged.device import qemu
 from edged.testing.harness import ROOT
 
 DEFAULT_CPUS = ("Haswell-v4",)
-DEFAULT_TESTS = ("tests/test_verify.py", "tests/test_models.py", "tests/test_person_model.py",
-                 "tests/test_detector_model.py")
+DEFAULT_TESTS = ("tests/test_verify.py", "tests/test_digits_model.py",
+                 "tests/test_person_model.py", "tests/test_digits_det_model.py")
 CPU_PROBE = ("import json; from edged.device.go_live import simd_features; "
              "print(json.dumps(simd_features()))")
 DET = ROOT / "models" / "digits-det"
 
 
 def det_config() -> str:
-    """``models/digits-det`` as tests/test_detector_daemon.py serves it."""
+    """``models/digits-det`` as tests/test_detect_yolo_daemon.py serves it."""
     variants = "".join(f'[[models.variants]]\nname = "{v}"\nbackend = "onnxruntime"\n'
                        f'path = "{DET / (v + ".onnx")}"\n'
                        for v in ("det-fp32", "det-int8", "det128-fp32"))
     return """\
-# models/digits-det as tests/test_detector_daemon.py serves it
+# models/digits-det as tests/test_detect_yolo_daemon.py serves it
 [metrics]
 listen = "off"
 [[models]]
