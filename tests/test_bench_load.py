@@ -1,4 +1,4 @@
-"""The load generator's reply trace (``edged.bench.load.drive``), as ``bench_governor``
+"""The load generator's reply trace (``edged.bench.loadgen.drive``), as ``bench_governor``
 reads it: several inputs in turn, every reply's columns, an early stop."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from support.daemons import Daemon
 from support.ort import ort_session
 from support.paths import MODELS
 
-from edged.bench.load import drive
+from edged.bench.loadgen import drive
 from edged.client import build_infer
 
 

@@ -22,7 +22,7 @@ from onnx import numpy_helper
 from edged.backends.support.sidecar import read_sidecar, sidecar_path, write_sidecar
 from edged.compile import cli
 from edged.compile.options import CompileOptions, OptionError
-from edged.compile.pipeline import Result, run
+from edged.compile.run import Result, run
 from edged.compile.validate import compare
 from edged.config.runtimes import TvmOptions
 from edged.verify.golden import read_golden

@@ -27,7 +27,7 @@ from edged.backends.support.sidecar import read_sidecar
 from edged.compile import ladder
 from edged.compile.options import CompileOptions
 from edged.compile.ort_steps import seven_bit_weights
-from edged.compile.pipeline import run
+from edged.compile.run import run
 from edged.compile.sources import DataError
 from edged.config import modeljson
 

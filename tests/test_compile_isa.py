@@ -24,7 +24,7 @@ from support.paths import MODELS, ROOT
 from edged.backends.support.isa import CPUINFO_ENV, CpuIsa, cpu_isa, int8_weights_warning
 from edged.backends.support.sidecar import read_sidecar
 from edged.compile.options import CompileOptions
-from edged.compile.pipeline import Result, run
+from edged.compile.run import Result, run
 
 DIGITS = MODELS
 MODEL = DIGITS / "cnn-fp32.onnx"

@@ -16,7 +16,7 @@ from support.paths import MODELS
 
 from edged.compile import cli
 from edged.compile.options import CompileOptions
-from edged.compile.pipeline import run
+from edged.compile.run import run
 from edged.config.file import load_config
 
 FAST = {"steps": ("ort-opt",), "bench_runs": 3, "threads": 1, "max_batch": 4}

@@ -26,7 +26,7 @@ from edged.compile import tensorrt_build as trt_build
 from edged.compile import tensorrt_steps as plans
 from edged.compile.data import Preprocess, load_dataset
 from edged.compile.options import CompileOptions, parse_precisions
-from edged.compile.pipeline import run
+from edged.compile.run import run
 from edged.config.runtimes import TensorRTOptions
 from edged.errors import ArtifactError
 

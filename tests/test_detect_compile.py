@@ -21,14 +21,14 @@ pytest.importorskip("pycocotools")
 from onnx import TensorProto, helper  # noqa: E402
 
 from edged.backends.support.sidecar import read_sidecar  # noqa: E402
-from edged.compile.checks import open_variant  # noqa: E402
+from edged.compile.checks import open_for_timing  # noqa: E402
 from edged.compile.detect_val import (  # noqa: E402
     DetectionCheck,
     load_detection_set,
     load_postprocess,
 )
 from edged.compile.options import CompileOptions, OptionError  # noqa: E402
-from edged.compile.pipeline import Result, run  # noqa: E402
+from edged.compile.run import Result, run  # noqa: E402
 from edged.compile.sources import DataError  # noqa: E402
 
 
@@ -90,13 +90,13 @@ def check(scenes: Path) -> DetectionCheck:
 
 def test_original_lower_resolution_and_broken_variants(scenes: Path, tmp_path: Path) -> None:
     c = check(scenes)
-    ref = open_variant("onnxruntime", cell_detector(tmp_path / "ref.onnx"), 1, 4)
+    ref = open_for_timing("onnxruntime", cell_detector(tmp_path / "ref.onnx"), 1, 4)
     v = c.validate(ref, 4)
     assert v.map50_pct == pytest.approx(100.0) and v.passed
-    small = open_variant("onnxruntime", cell_detector(tmp_path / "s.onnx", size=16), 1, 4)
+    small = open_for_timing("onnxruntime", cell_detector(tmp_path / "s.onnx", size=16), 1, 4)
     v = c.validate(small, 4)  # letterboxed to its own 16x16 input, boxes mapped back
     assert v.map50_pct == pytest.approx(100.0) and v.passed
-    broken = open_variant("onnxruntime", cell_detector(tmp_path / "b.onnx", shift=6.0), 1, 4)
+    broken = open_for_timing("onnxruntime", cell_detector(tmp_path / "b.onnx", shift=6.0), 1, 4)
     v = c.validate(broken, 4)  # IoU <= 1/4 with every square
     assert v.map50_pct == pytest.approx(0.0) and not v.passed
     assert v.drop_pct == pytest.approx(100.0) and "drop +100.00 pts" in v.summary()
@@ -147,7 +147,7 @@ def test_folder_of_photos_of_different_sizes(tmp_path: Path) -> None:
     assert [img.shape for img in data.images] == [(64, 64, 3), (64, 128, 3), (40, 30, 3)]
     assert data.source.endswith("(3 photos, 2 boxes)")
     c = DetectionCheck(load_postprocess(_post(tmp_path)), data, None, max_drop=2.0)
-    ref = open_variant("onnxruntime", cell_detector(tmp_path / "ref.onnx"), 1, 4)
+    ref = open_for_timing("onnxruntime", cell_detector(tmp_path / "ref.onnx"), 1, 4)
     assert c.validate(ref, 4).map50_pct == pytest.approx(100.0)
 
     for text, error in [("f,x1\n", "first line must be file,x1,y1,x2,y2,class"),

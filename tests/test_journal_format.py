@@ -1,4 +1,4 @@
-"""The daemon's log lines in the journald format (edged/logs.py), read from its stderr.
+"""The daemon's log lines in the journald format (edged/host/logs.py), read from its stderr.
 
 Under systemd (JOURNAL_STREAM set) every line is ``<N>logger: event key=value ...``:
 an sd-daemon priority prefix journald turns into PRIORITY, no timestamp (journald

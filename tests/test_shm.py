@@ -23,8 +23,8 @@ from support.paths import MODELS, ROOT
 from support.waits import wait_until
 
 from edged.client import AsyncClient, Client
+from edged.protocols.native.shm_frames import OFF_LOOP_BYTES
 from edged.protocols.native.shm_rings import SHM_DIR, align, available
-from edged.protocols.native.shm_room import OFF_LOOP_BYTES
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs /dev/shm")
 

@@ -245,7 +245,7 @@ def test_stop_drains_queued_requests(ns: SystemdNamespace) -> None:
 
 
 def test_journald_gets_priorities_and_one_event_per_line(ns: SystemdNamespace) -> None:
-    """edged/logs.py: under systemd each line is ``<N>logger: event key=value ...``;
+    """edged/host/logs.py: under systemd each line is ``<N>logger: event key=value ...``;
     journald turns ``<N>`` into PRIORITY and keeps the rest as MESSAGE."""
     entries = [e for e in journal(ns, "-b", "-u", UNIT) if e.get("_COMM") != "systemd"
                and e.get("_PID") != "1" and e.get("SYSLOG_IDENTIFIER") != "systemd"]

@@ -5,7 +5,7 @@ names, the TVM version that built it or the CPU it was built for. Loading a
 library built by another TVM version or for another architecture fails with a
 cryptic dlopen or FFI error (or worse, crashes), so we refuse it early with a
 message naming the file, from the facts in ``<artifact>.json`` (see
-``edged/backends/sidecar.py`` and docs/compile.md).
+``edged/backends/support/sidecar.py`` and docs/compile.md).
 
 Artifact layouts (the sidecar's ``batch_sizes`` says which one):
 

@@ -23,7 +23,7 @@ from typing import Any
 from edged.bench import footprint, peer
 from edged.bench.daemon_process import daemon_pid
 from edged.bench.floor import Floors, check_single_input, cores
-from edged.bench.load import drive, request
+from edged.bench.loadgen import drive, request
 from edged.bench.raw import raw_ort, raw_pipeline
 from edged.bench.soak import add_parser as add_soak
 from edged.bench.threads import Watch, report, worker_names

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from edged.bench.floor import cores
-from edged.bench.load import drive, request
+from edged.bench.loadgen import drive, request
 from edged.testing.configs import config_text, model_table, variant
 from edged.testing.harness import Daemon, free_port, machine_info, say_machine
 from edged.testing.peers import KINDS, Peer, PeerUnavailable

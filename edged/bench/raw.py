@@ -1,5 +1,5 @@
 """The in-process references of ``edged bench``: the same model run by ONNX Runtime with
-default session options, as a user would call it, and the daemon's own pipeline
+default session options, as a user would call it, and the daemon's own path for one image
 (preprocess, run, post-process) in process.
 """
 

@@ -1,7 +1,7 @@
 """``edged bench --threads``: CPU per reply by thread of the daemon (and of the floor
 servers), read from ``/proc`` at each measured phase's start and end.
 
-Why: issue 22 asks where the serving path's CPU goes -- the event loop, the model's
+Why: to see where the serving path's CPU goes -- the event loop, the model's
 worker, ORT's intra-op pool, ZeroMQ's I/O thread -- next to the simplest servers doing
 the same work. A sampling profiler shows where a thread's time goes; this shows what
 each thread costs per reply, for every phase the bench runs, with no tool to install.

@@ -21,7 +21,7 @@ import zmq.asyncio
 
 from edged.client.errors import ClientTimeout, EdgedClientError, ProtocolViolation
 from edged.client.messages import Reply, build_infer, parse_reply, with_version
-from edged.client.shm_support import ShmSlots
+from edged.client.shm import ShmSlots
 from edged.client.socket_support import load_curve_keys, open_dealer
 
 log = logging.getLogger("edged.client")

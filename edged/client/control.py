@@ -1,7 +1,7 @@
 """The control endpoint's client half: operator actions (status, reload, swap, ...).
 
 The control socket is ``ipc://`` only (operator actions stay on the host), in the daemon's
-runtime directory; ``find_control`` looks where ``edged/runtime_dir.py`` would have put
+runtime directory; ``find_control`` looks where ``edged/host/runtime_dir.py`` would have put
 it. Message shapes are ``edged.protocols.native.control.CONTROL_OPS``.
 """
 

@@ -3,7 +3,7 @@
 Why both: the governor's ladder is about latency for a lone camera frame at low
 load and rows per second at high load; a variant can win one and lose the other
 (e.g. per-batch tuned TVM libraries). Runs are bounded by count *and* time so a
-slow variant cannot stall the pipeline.
+slow variant cannot stall the compile run.
 
 Why rounds: on a shared machine one burst of someone else's load can make a variant
 look 20 % faster or slower. The runs are split into ``ROUNDS`` alternating rounds

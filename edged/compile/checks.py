@@ -26,7 +26,7 @@ from edged.model.artifact import open_artifact
 from edged.verify.golden import MAX_SAMPLES, write_golden
 
 
-def open_variant(backend: str, path: Path, threads: int | None, max_batch: int,
+def open_for_timing(backend: str, path: Path, threads: int | None, max_batch: int,
                  options: dict[str, Any] | None = None) -> Backend:
     """``path`` opened as the daemon would with the ``options`` its sidecar gives the
     served variant (OpenVINO's bf16 rung: ``precision = "bf16"``), with ``threads`` CPU
@@ -46,7 +46,7 @@ def reference(ctx: Context) -> None:
     """Run the original model on the validation set; record its figures in source.json."""
     o = ctx.opts
     assert ctx.val is not None
-    be = open_variant("onnxruntime", ctx.src, o.threads, o.max_batch)
+    be = open_for_timing("onnxruntime", ctx.src, o.threads, o.max_batch)
     try:
         if ctx.detect is not None:
             v = ctx.detect.validate(be, o.max_batch)
@@ -84,7 +84,7 @@ def check_variant(ctx: Context, path: Path) -> str:
     if backend == "tvm" and not TargetChoice(meta.get("target") or {}, "").runs_here:
         ctx.say(f"{path.name}: not validated or timed here (built for another machine)")
         return "not checked here"
-    be = open_variant(backend, path, o.threads, o.max_batch, meta.get("options"))
+    be = open_for_timing(backend, path, o.threads, o.max_batch, meta.get("options"))
     try:
         v = _validate(ctx, be)
         s = bench.measure(be, o.max_batch, o.bench_runs, threads=o.threads)
@@ -161,7 +161,7 @@ def confirmer(ctx: Context) -> ladder.Confirm:
         opened: list[Backend] = []
         try:
             for e in (upper, lower):
-                opened.append(open_variant(e.get("backend", "onnxruntime"), e["_artifact"],
+                opened.append(open_for_timing(e.get("backend", "onnxruntime"), e["_artifact"],
                                            o.threads, o.max_batch, e.get("options")))
             ratios = bench.compare(opened[0], opened[1], o.max_batch, o.bench_runs)
         except Exception as ex:  # built for another machine, no GPU, ...: keep the figures

@@ -163,13 +163,13 @@ def run(args: argparse.Namespace) -> int:
         problem = re.sub(r"`(\w+)`", lambda m: flag(m[1]), e.problem)
         print(f"edged compile: {flag(e.option)}: {problem}", file=sys.stderr)
         return 2
-    # The pipeline imports ONNX, ORT and numpy: loaded only when a compile runs, not for
+    # A compile run imports ONNX, ORT and numpy: loaded only when a compile runs, not for
     # every `edged` command that builds this parser.
-    from edged.compile.pipeline import run as run_pipeline
+    from edged.compile.run import run as run_compile
     from edged.compile.sources import DataError
 
     try:
-        return run_pipeline(opts, say=_say).exit_code
+        return run_compile(opts, say=_say).exit_code
     except DataError as e:
         print(f"edged compile: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """What every step of one ``edged compile`` run shares: options, data, outcome lists.
 
 Why its own module: step modules (``ort_steps``, ``tvm_steps``, a new runtime's) import
-this and nothing above them; the pipeline imports the steps.
+this and nothing above them; the run (``edged.compile.run``) imports the steps.
 """
 
 from __future__ import annotations

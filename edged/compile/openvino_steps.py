@@ -19,7 +19,7 @@ them to fp16 unless told not to, which would make the "fp32" rung an fp16 one).
   int8 more than ORT's int8 differs from fp32, so it is validated at task level like
   every rung and gets its own golden file, never ORT's.
 
-Validation, timing and the ladder are the pipeline's, as for every other step.
+Validation, timing and the ladder are the compile run's, as for every other step.
 """
 
 from __future__ import annotations

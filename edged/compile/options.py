@@ -1,7 +1,7 @@
 """What one ``edged compile`` run is asked to do: typed, checked once, at construction.
 
-Why a dataclass and not argparse's Namespace: the pipeline is a library (tests and
-scripts call ``pipeline.run(CompileOptions(...))``), so its inputs need types, defaults
+Why a dataclass and not argparse's Namespace: a compile run is a library (tests and
+scripts call ``edged.compile.run.run(CompileOptions(...))``), so its inputs need types, defaults
 and one place that refuses bad values, naming the option. The CLI only turns flags
 into these fields (one field per flag, same name with ``-`` for ``_``).
 

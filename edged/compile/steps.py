@@ -6,7 +6,7 @@ name). Modules are imported only when their step runs, so a CPU-only machine nev
 imports TVM or TensorRT, and this table (read by ``edged --help``) stays cheap.
 
 A build function writes its artifacts (each with a sidecar) into ``ctx.out`` and
-returns their paths; the pipeline then validates and times each one. It raises
+returns their paths; the run (``edged.compile.run``) then validates and times each one. It raises
 ``edged.compile.context.StepSkipped`` when it cannot run on this machine (no GPU, no
 calibration data): reported, not a failure, unless it was the only step asked for.
 """

@@ -1,10 +1,11 @@
 """Compile an ONNX model with TVM Relax and export ``.so`` libraries.
 
-Why the shapes are handled as they are (research notes §1): untuned Relax code on
-CPU gets no schedules, so it runs 15-20x slower than ORT; MetaSchedule tuning needs
-static shapes. So an untuned build keeps the ONNX batch dimension symbolic (one
-``.so`` for every batch size), and a tuned build makes one static library per batch
-size, which the backend pads up to (``NAME.b<N>.so`` listed in ``NAME.so.json``).
+Why the shapes are handled as they are (checked with TVM 0.27; docs/compile.md, "TVM"):
+untuned Relax code on CPU gets no schedules, so it runs 15-20x slower than ORT;
+MetaSchedule tuning needs static shapes. So an untuned build keeps the ONNX batch
+dimension symbolic (one ``.so`` for every batch size), and a tuned build makes one static
+library per batch size, which the backend pads up to (``NAME.b<N>.so`` listed in
+``NAME.so.json``).
 """
 
 from __future__ import annotations

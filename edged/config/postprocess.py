@@ -20,14 +20,6 @@ BOX_ORDERS = ("xyxy", "yxyx")
 MAX_LABELS = 100_000  # classes a labels file (or a model's metadata) may name
 MAX_DET_CAP = 1000  # per-request max_det may not exceed this (reply size stays bounded)
 
-# Box conventions each layout has unless the config overrides them.
-DEFAULT_BOX_FORMAT = {"yolo": "pixels", "yolov8": "pixels", "yolov5": "pixels", "yolox": "pixels",
-                      "end2end": "pixels", "ssd": "normalized", "yolonas": "pixels",
-                      "detection-output": "normalized"}
-DEFAULT_BOX_ORDER = {"end2end": "xyxy", "ssd": "yxyx", "yolonas": "xyxy",
-                     "detection-output": "xyxy"}
-#: layouts whose graph (or whose set prediction) already leaves one box per object
-NMS_IN_GRAPH = ("end2end", "ssd", "yolonas", "dfine", "rfdetr", "detection-output")
 
 
 def _unit(v: float) -> str | None:
@@ -81,8 +73,9 @@ class PostprocessConfig:
         for key, why in (("box_order", "always gives cx,cy,w,h"),
                          ("label_offset", "has class ids from 0 (the column of the score)")):
             if t.has(key) and base.box_order is None:
-                t.problem(key, f"applies to the end2end and ssd decoders only (and yolonas); "
-                          f"decoder {decoder or base.name!r} {why}")
+                with_it = ", ".join(n for n, lay in LAYOUTS.items() if lay.box_order)
+                t.problem(key, f"applies to the {with_it} decoders only; decoder "
+                          f"{decoder or base.name!r} {why}")
         cfg_values = dict(
             decoder=decoder,
             resize=t.get("resize", str, "letterbox", choices=RESIZES),

@@ -120,7 +120,7 @@ def _describe(row: Row, c: Candidate, models_header: dict[str, Any]) -> None:
 def _load(endpoint: str, m: ModelRun, in_flight: int, seconds: float) -> dict[str, Any]:
     """``edged bench``'s load generator: one client, single-item requests, ``in_flight``
     of them outstanding, for ``seconds``; a reply other than OK is a failure."""
-    from edged.bench.load import drive
+    from edged.bench.loadgen import drive
     from edged.client import build_infer
 
     header, frames = build_infer(m.name, {m.input_name: m.x[:1]})

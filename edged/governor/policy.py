@@ -4,7 +4,7 @@ Rules (docs/governor.md explains them for operators); each part is its own objec
 
 * levels and hysteresis (``levels.py``): escalation at once, relaxing one level per
   ``dwell_s`` once every trigger of the level is below its ``exit`` value;
-* what the triggers look at (``inputs.py``): counted sensors, ``stale_policy``
+* what the triggers look at (``triggers.py``): counted sensors, ``stale_policy``
   (``hot``: the most severe temperature level, we are blind; ``hold``: the last good
   value; ``ignore``), the window-average power, the battery while unplugged;
 * the forecast (``forecast.py``) adds at most one level above what the measured
@@ -39,9 +39,6 @@ from edged.governor.sensors import Readings, TripPoint
 from edged.governor.triggers import InputReader, Inputs, SensorChoice
 
 log = logging.getLogger("edged.governor")
-
-__all__ = ["Decision", "Governor"]
-
 
 class Governor:
     """Policy state. Thread-safe: ``step``/``pin``/``observe_load``/``snapshot`` from anywhere.

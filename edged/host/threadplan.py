@@ -15,7 +15,7 @@ want a core at the moments between batches. ``plan`` decides from the core count
   devices the pool's threads already take every core and share them with the event
   loop, ZeroMQ's I/O thread and the clients: there spinning was measured to lose
   (2 cores: 1.4-2x slower under contention with spin-during-Run; no gain on a quiet
-  machine with ORT's spin-always, issue 13), so it stays off.
+  machine with ORT's spin-always), so it stays off.
 - OpenCV: one thread. Frames are preprocessed on the daemon's decode pool (two
   workers), several at a time under load, so OpenCV's own parallel loops only add
   threads that fight ORT for the same cores.

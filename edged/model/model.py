@@ -1,9 +1,9 @@
 """One served model, a thin owner: prepare -> Prepared, submit, swap_to, drain, describe.
 
 The parts are elsewhere, each with one job: the batcher forms batches
-(``edged.batching.batcher``), the live variant and its hot swap are ``variants.LiveVariant``
+(``edged.batching.batcher``), the live variant and its hot swap are ``live_variant.LiveVariant``
 (checked before going live by ``edged.verify``), the request contract is
-``inputs.InputContract``, stream limits ``streams.StreamAdmission``, and what happens
+``contract.InputContract``, stream limits ``streams.StreamAdmission``, and what happens
 to the outputs is the model's *head* (``edged.model.heads``: plain tensors, or
 ``edged.model.detect_head`` for a detector), chosen at load from the config like a backend.
 The server talks to a model only through the methods here; the batcher and the loaded
@@ -186,7 +186,7 @@ class Model:
 
     async def swap_to(self, index: int, reason: str) -> bool:
         """Make variant ``index`` active; on any failure stay on the current one
-        (``variants.LiveVariant.swap_to`` says how)."""
+        (``live_variant.LiveVariant.swap_to`` says how)."""
         return await self.live.swap_to(index, reason)
 
     def prepare(self, req: Request) -> Prepared:

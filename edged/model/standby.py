@@ -27,7 +27,7 @@ class Standby:
     def __init__(self, worker: Executor, headroom_bytes: int) -> None:
         self.worker = worker  # the model's worker: a backend closes after its batch
         self.headroom_bytes = headroom_bytes
-        self._held: Any = None  # a variants.Loaded
+        self._held: Any = None  # an open.Loaded
 
     @property
     def index(self) -> int | None:

@@ -53,7 +53,8 @@ class Serving:
     runtime_dir: Path | None = None
     #: the one ZeroMQ context of the process (the lifecycle terminates it last)
     zmq: zmq.asyncio.Context = field(default_factory=zmq.asyncio.Context)
-    #: set by the lifecycle when ``[offload]`` is configured: every room's requests may go
+    #: set by the lifecycle (the offload room; it takes nothing while ``[offload]`` is not
+    #: configured): every room's requests may go
     offload: Offloader | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -88,7 +89,7 @@ class Room(Protocol):
         ...
 
     def loops(self) -> list[Loop]:
-        """The long-lived receive loops, for the lifecycle to run as tasks."""
+        """The room's long-lived background loops, for the lifecycle to run as tasks."""
         ...
 
     async def apply(self, config: Config) -> list[str]:

@@ -29,7 +29,7 @@ from edged.metrics import Metrics
 from edged.model.preopen import discard_preopened
 from edged.model.registry import Registry
 from edged.protocols.frigate.room import FrigateRoom
-from edged.protocols.kserve.offload import Offload
+from edged.protocols.kserve.offload import OffloadRoom
 from edged.protocols.kserve.room import KServeRoom
 from edged.protocols.native.room import NativeRoom
 from edged.server.control import Control
@@ -51,7 +51,7 @@ class Server:
         self.governing = Governing(state)
         self.health = Health(state, self.governing)
         self.governing.on_level_change = lambda: state.notifier.status(self.health.status_line())
-        self.offload = Offload(state, lambda: self.governing.level)
+        self.offload = OffloadRoom(state, lambda: self.governing.level)
         state.offload = self.offload
         # The protocol rooms, in the order they bind; each is driven through ``Room`` only.
         state.rooms = [NativeRoom(state, self.health.health), FrigateRoom(state),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Governor swaps under load (issue 3): a temperature ramp drives the variant ladder while
+"""Governor swaps under load: a temperature ramp drives the variant ladder while
 4 client processes stream requests; how fast and how cleanly does the daemon swap?
 
 Set-up: a temp sysfs root with one thermal zone (``cpu-thermal``, written atomically with
@@ -14,7 +14,7 @@ default) and levels mirroring ``levels = "auto"`` without a trip point:
 * ``rung2``: enter 150 C (never reached by the ramp), 2 ladder steps and no batch cap:
   only pinned, to measure the last rung's raw throughput.
 
-4 client processes (``edged bench``'s load generator, ``edged.bench.load``: each its
+4 client processes (``edged bench``'s load generator, ``edged.bench.loadgen``: each its
 own ZeroMQ context, ipc endpoint) send one 1x1x28x28 float32 digit at a time back to
 back, the first 64 validation digits in turn, recording send/recv time, status, variant,
 the reply's timing and whether the answer is the digit's label. The temperature ramps
@@ -66,7 +66,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from edged.bench.load import drive  # noqa: E402
+from edged.bench.loadgen import drive  # noqa: E402
 from edged.client import build_infer  # noqa: E402
 from edged.testing import configs as harness_config  # noqa: E402
 from edged.testing.configs import model_table, table, tables  # noqa: E402
@@ -76,7 +76,7 @@ MODELS = ROOT / "models" / "digits"
 LADDER = ("cnn-fp32", "cnn-int8", "small-fp32")
 THREADS = {"cnn-fp32": 2, "cnn-int8": 2, "small-fp32": 1}  # as in config.toml
 
-# Goals from issue 3.
+# The goals these runs are held to (docs/benchmarks.md, "Governor swaps").
 GOAL_INTERVALS = 2.0  # threshold crossing -> swap, in monitor intervals
 GOAL_FAILED = 0
 GOAL_P99_RATIO = 2.0  # swap-window p99 / steady p99
@@ -147,7 +147,7 @@ def set_temp(root: Path, millic: int) -> float:
 # == clients ===============================================================================
 
 def start_clients(d: Daemon, n: int, stop: Any, into: dict[str, Any]) -> threading.Thread:
-    """``n`` processes of ``edged bench``'s load generator (``edged.bench.load``), one
+    """``n`` processes of ``edged bench``'s load generator (``edged.bench.loadgen``), one
     request in flight each, the first 64 validation digits in turn, until ``stop``; the
     result (with every reply's trace) lands in ``into``."""
     val = np.load(MODELS / "validation.npz")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The measurement matrix of issue 22, for one run on a quiet machine: every row is an
+"""The measurement matrix of the serving defaults, for one run on a quiet machine: every row is an
 ``edged bench`` run whose ratios decide a default, and the result is a markdown table to
 paste into docs/benchmarks.md.
 

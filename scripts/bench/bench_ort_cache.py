@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Start-up time of an ONNX Runtime variant with and without the optimized-model cache.
 
-Why a script: the cache (edged/backends/ort_cache.py) exists to save start-up time,
+Why a script: the cache (edged/backends/support/ort_cache.py) exists to save start-up time,
 so the claim needs a figure. Every load runs in a fresh process (ORT keeps nothing
 between processes) and times ``open_backend`` only, i.e. what a daemon start or a
 governor swap pays for this variant: session creation with graph optimization, or

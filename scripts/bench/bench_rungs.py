@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from edged.bench.load import drive, request  # noqa: E402
+from edged.bench.loadgen import drive, request  # noqa: E402
 from edged.bench.raw import raw_ort  # noqa: E402
 from edged.compile.bench import measure  # noqa: E402
 from edged.config.file import load_config  # noqa: E402

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", str(a.threads))
     from edged.compile.bench import measure
-    from edged.compile.checks import open_variant
+    from edged.compile.checks import open_for_timing
 
     a.work.mkdir(parents=True, exist_ok=True)
     rows: list[tuple[str, str, float, float]] = []
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                                   a.threads).items():
             variants[label] = ("tvm", p)
         for label, (backend, path) in variants.items():
-            be = open_variant(backend, path, a.threads, a.batch)
+            be = open_for_timing(backend, path, a.threads, a.batch)
             s = measure(be, a.batch, a.runs, budget_s=10.0, threads=a.threads)
             be.close()
             print(f"  {label}: {s.summary()}", flush=True)

@@ -220,7 +220,7 @@ def quantize_int8(src: Path, dst: Path, calib_u8: np.ndarray) -> None:
     U8 activations, MinMax calibration on training images.
 
     Why QDQ/U8: on x86 ORT fuses QDQ into int8 kernels (about 1.45x faster), whereas
-    QOperator S8S8 and dynamic quantization were ~5x *slower* (research §3.4);
+    QOperator S8S8 and dynamic quantization were ~5x *slower* (measured; docs/compile.md);
     TensorRT also consumes QDQ as explicit quantization.
     """
     # 7-bit weights (reduce_range): x86 CPUs without VNNI (AVX2 only) saturate U8xS8
@@ -365,7 +365,7 @@ def model_json(acc: dict[str, float]) -> dict:
             "dtype": "float32",
         },
         "accuracy": {v: round(acc[v], 4) for v in VARIANTS},
-        # Read by `edged compile` (edged/compile/modeljson.py): validation and INT8
+        # Read by `edged compile` (edged/config/modeljson.py): validation and INT8
         # calibration data when --val/--calib are not given.
         "validation": "validation.npz",
     }

@@ -61,7 +61,7 @@ class _Job:
     reason: str
 
 
-class Offload:
+class OffloadRoom:
     def __init__(self, state: Serving, level: Any) -> None:
         """``level()``: the governor's current level name (None without a governor)."""
         self.state = state

@@ -28,7 +28,7 @@ class KServeRoom:
         self.state = state
         self.core = KServeCore(state)
         self.cfg = KServeConfig()
-        self._servers: dict[str, Any] = {}  # "grpc" | "http" -> KServeGrpcRoom | KServeHttpRoom
+        self._servers: dict[str, Any] = {}  # "grpc" | "http" -> KServeGrpcServer | KServeHttpServer
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -59,9 +59,9 @@ class KServeRoom:
     async def _open(self, kind: str, address: str) -> None:
         try:
             if kind == "grpc":
-                from edged.protocols.kserve.grpc_room import KServeGrpcRoom as cls
+                from edged.protocols.kserve.grpc_server import KServeGrpcServer as cls
             else:
-                from edged.protocols.kserve.http_room import KServeHttpRoom as cls  # type: ignore[assignment]
+                from edged.protocols.kserve.http_server import KServeHttpServer as cls  # type: ignore[assignment]
         except ImportError as e:
             raise ImportError(f"[server.kserve] {kind}: the kserve extra is missing ({e}); "
                               f"{EXTRA_HINT}") from None

@@ -10,7 +10,7 @@ what it parses and writes (docs/protocol.md):
 - ``detections``: a detection model's ``[K, 6]`` frame, written and read;
 - ``control``: the operator ops of the control endpoint (``CONTROL_OPS``).
 
-The bounds a request is checked against are ``edged.config.file.Limits`` (``[server.limits]``).
+The bounds a request is checked against are ``edged.config.server.Limits`` (``[server.limits]``).
 """
 
 #: the protocol version every header carries as ``"v"``

@@ -2,7 +2,7 @@
 
 Decoding is strict and bounded because everything here comes off a socket: the
 header size, frame count, rank, every dimension and the element count are capped
-*before* anything is allocated (against ``[server.limits]``, ``edged.config.file.Limits``),
+*before* anything is allocated (against ``[server.limits]``, ``edged.config.server.Limits``),
 dtypes come from a fixed allow-list (``tensors.DTYPES``), and tensor frames are
 wrapped with ``np.frombuffer`` on the received buffer (zero-copy) only after their
 byte length has been checked against shape × itemsize. See docs/protocol.md.

@@ -2,7 +2,7 @@
 
 Binding: every endpoint a ROUTER; a network (non-loopback tcp) endpoint needs CURVE
 (``[server.curve]``) unless ``[server] insecure = true``. One request, in order:
-``recv_loop`` -> ``handle`` (parse; ``Admission.admit``; shared-memory inputs read by the
+the socket's ``Router`` -> ``handle`` (parse; ``Admission.admit``; shared-memory inputs read by the
 shm room) -> ``Model.prepare`` (on the event loop for raw tensors, on the decode pool for
 images) -> ``Admission.submit`` -> the model's batcher computes -> ``Admission`` counts the
 outcome -> ``_respond`` (reply frames). Every request that can be attributed to a sender
@@ -33,7 +33,7 @@ from edged.protocols import sockets
 from edged.protocols.admission import Admission, Ticket
 from edged.protocols.native.reply import encode_header, error_reply, ok_reply_frames
 from edged.protocols.native.request import ProtocolError, decode_header, parse_request, peek_id
-from edged.protocols.native.shm_room import Read, ShmRoom
+from edged.protocols.native.shm_frames import Read, ShmFrames
 from edged.protocols.serving import Listener, Loop, Serving
 from edged.protocols.sockets import split_envelope
 
@@ -48,7 +48,7 @@ class NativeRoom:
                  health: Callable[[str | int | None], dict[str, Any]]) -> None:
         self.state = serving
         self.health = health  # the health op's reply (the server's, for a request id)
-        self.shm = ShmRoom(serving)
+        self.shm = ShmFrames(serving)
         self.admission = Admission(serving)
         self.endpoints: list[str] = []
         self.routers: list[sockets.Router] = []

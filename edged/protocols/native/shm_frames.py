@@ -72,7 +72,7 @@ class _Ring:
     landing: dict[int, np.ndarray] = field(default_factory=dict)
 
 
-class ShmRoom:
+class ShmFrames:
     """Every ring the daemon has handed out, by segment name."""
 
     def __init__(self, state: Serving) -> None:

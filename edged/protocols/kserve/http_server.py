@@ -59,7 +59,7 @@ def _too_large(request: web.Request) -> web.Response:
                                     "([server.limits] max_message_bytes)"), 413)
 
 
-class KServeHttpRoom:
+class KServeHttpServer:
     """One aiohttp site on ``address``; started and stopped by the lifecycle."""
 
     def __init__(self, core: KServeCore, address: str) -> None:

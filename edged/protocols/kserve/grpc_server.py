@@ -166,7 +166,7 @@ def _abort(context: grpc.ServicerContext, err: EdgedError) -> NoReturn:
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 
-class KServeGrpcRoom:
+class KServeGrpcServer:
     """One thread-pool grpc server on ``address``; started and stopped by the lifecycle.
 
     ``threads`` handler threads: each holds one call from its arrival to its answer

@@ -1,7 +1,7 @@
 """``edged compile`` as a library: build, validate, time and list a model's variants.
 
     from edged.compile.options import CompileOptions
-    from edged.compile.pipeline import run
+    from edged.compile.run import run
 
     result = run(CompileOptions(model=Path("m.onnx"), out=Path("out"), steps=("int8",)))
     result.outcomes["m-int8.onnx"]  # "ok", "rejected", "forced", ...
@@ -30,7 +30,8 @@ from pathlib import Path
 
 from edged.backends.support.isa import cpu_isa
 from edged.backends.support.sidecar import sha256_file
-from edged.compile import checks, ladder, serving, sources
+from edged.compile import checks, ladder, sources
+from edged.compile import served_config as serving
 from edged.compile.context import Context, StepSkipped
 from edged.compile.modelinfo import io_specs
 from edged.compile.options import CompileOptions
