@@ -122,6 +122,22 @@ class Metrics:
         self.streams_tracked = Gauge(
             "edged_streams", "Stream ids the model currently remembers (bounded)", ["model"],
             registry=r)
+        # The model store (edged.delivery.store): one for every version that arrives.
+        self.store_bytes = Gauge(
+            "edged_store_bytes", "Bytes the model store uses (versions, their rungs, partial "
+            "downloads)", registry=r)
+        self.store_quota = Gauge(
+            "edged_store_quota_bytes", "The model store's quota ([server] max_store_bytes)",
+            registry=r)
+        self.store_versions = Gauge(
+            "edged_store_versions", "Model versions stored", registry=r)
+        self.store_evictions = Counter(
+            "edged_store_evictions", "Versions evicted to keep the store within its bounds",
+            registry=r)
+        self.frigate_transfers = Counter(
+            "edged_frigate_transfers", "Model files Frigate sent, by endpoint and outcome "
+            "(stored, same: bytes stored already, refused_pace, refused_quota, refused_disk, "
+            "refused_check)", ["endpoint", "outcome"], registry=r)
         self.inflight = Gauge(
             "edged_inflight_requests", "Requests received and not yet answered", registry=r)
         self._server: WSGIServer | None = None

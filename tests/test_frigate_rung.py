@@ -130,7 +130,7 @@ def test_a_sent_model_gets_checked_rungs_the_governor_swaps_to(tmp_path: Path) -
     d = Daemon(cfg, tmp_path)
     name = f"frigate@tcp://127.0.0.1:{port}"
     address = f"tcp://127.0.0.1:{port}"
-    state = tmp_path / "state" / "frigate" / "models"
+    versions = tmp_path / "state" / "store" / "versions"  # the sent model's version folder
     frames = scenes()
     try:
         f = FrigateDetector(address, DIGITS, "yologeneric", 20000)
@@ -150,6 +150,7 @@ def test_a_sent_model_gets_checked_rungs_the_governor_swaps_to(tmp_path: Path) -
             k[0] += 1
 
         g = wait_for("the rungs", rung, feed)
+        (state,) = list(versions.iterdir())
         names = check_ladder(g, state)
         ladder = g["ladder"]
         # int8 rungs are over 1.15x faster than fp32 on every CPU edged supports: one is on

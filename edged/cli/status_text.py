@@ -23,6 +23,7 @@ def format_status(r: dict[str, Any]) -> str:
           if r.get("frigate") else []),
         *(f"rungs {a}: {g.get('state')} {g.get('progress') or g.get('error') or ''}"
           for a, g in (r.get("frigate_rungs") or {}).items()),
+        *([_store_line(r["store"])] if r.get("store") else []),
         "",
         f"{'MODEL':<16}{'STATE':<9}{'VARIANT':<20}{'BACKEND':<12}{'QUEUE':>10}{'SERVED':>9}"
         f"{'P50 ms':>9}{'P99 ms':>9}",
@@ -63,6 +64,18 @@ def format_status(r: dict[str, Any]) -> str:
     if r.get("last_reload"):
         lines.append(f"last reload: {json.dumps(r['last_reload'])}")
     return "\n".join(lines)
+
+
+def _store_line(s: dict[str, Any]) -> str:
+    """The model store's use against its quota (``[server] max_store_bytes``)."""
+    used, quota = s["used_bytes"], s["quota_bytes"]
+    pct = 100 * used / quota if quota else 0
+    return (f"store     {_mib(used)} of {_mib(quota)} ({pct:.0f}%), {s['versions']} "
+            f"version(s), at most {s['per_model']} per model  ({s['root']})")
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
 def _openvino_line(rt: dict[str, Any]) -> str:

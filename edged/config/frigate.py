@@ -46,6 +46,8 @@ class FrigateConfig:
     int8_rung: bool = True
     #: frames Frigate sent that the rung is calibrated (3/4) and checked (1/4) on
     int8_frames: int = 48
+    #: new model files one client may send a minute (the same bytes again never count)
+    transfers_per_minute: int = 4
 
 
 def _class_map(t: Table) -> tuple[tuple[int, int], ...]:
@@ -96,6 +98,9 @@ def read_frigate(t: Table) -> FrigateConfig | None:
         int8_rung=t.get("int8_rung", bool, True),
         int8_frames=t.get("int8_frames", int, 48,
                           check=lambda v: None if 4 <= v <= 1024 else "must be 4..1024"),
+        transfers_per_minute=t.get("transfers_per_minute", int, 4,
+                                   check=lambda v: None if 1 <= v <= 10000 else
+                                   "must be 1..10000"),
     )
     t.done()
     return cfg if endpoint and model else None

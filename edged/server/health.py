@@ -108,6 +108,7 @@ class Health:
                         "overload": self.governing.overload.describe(m),
                         **latency(st.metrics, m.name)} for m in st.registry],
             "governor": self.governing.summary(),
+            "store": st.store.describe() if st.store is not None else None,
             "last_reload": st.last_reload,
         }
 

@@ -21,6 +21,7 @@ from typing import Any
 from edged import __version__
 from edged.config.file import Config
 from edged.config.models import ModelConfig
+from edged.delivery.store import open_store
 from edged.errors import ConfigError, StartupError
 from edged.host import memory, threadplan
 from edged.host.runtime_dir import resolve_runtime_dir
@@ -48,6 +49,8 @@ class Server:
             config=config, overrides=overrides or {}, metrics=metrics,
             notifier=Notifier.from_env(),
             registry=Registry(metrics, lambda: state.power_w))
+        # the one store of model versions: a restart reads a consistent index here
+        state.store = open_store(config.server, metrics)
         self.governing = Governing(state)
         self.health = Health(state, self.governing)
         self.governing.on_level_change = lambda: state.notifier.status(self.health.status_line())
@@ -136,6 +139,10 @@ class Server:
     async def reload(self) -> dict[str, Any]:
         res = await self.reloader.reload()
         if res["ok"]:
+            srv = self.state.config.server
+            if self.state.store is not None:
+                await asyncio.to_thread(self.state.store.configure, srv.max_store_bytes,
+                                        srv.max_store_versions)
             problems = [p for room in self.state.rooms for p in await room.apply(self.state.config)]
             if problems:
                 res = {**res, "listener_errors": problems}

@@ -163,6 +163,22 @@ def ladder_keys(model: Path) -> list[str]:
     return usable
 
 
+def drop_rungs(model: Path, why: str) -> None:
+    """Remove every rung of ``model`` and record a build that found none (so none is
+    started again): the store's quota had no room for them."""
+    import shutil
+
+    keep = {model.name, model.with_suffix(".serve.onnx").name}
+    for p in model.parent.iterdir():
+        if p.name in keep:
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    ladder_path(model).write_text(json.dumps({"ladder": [TOP], "error": why}))
+
+
 def variant(top: Any, model: Path, key: str, threads: int = 0) -> Any:
     """The ``VariantConfig`` of rung ``key`` below ``top`` (the served fp32 variant)."""
     from edged.config.models import VariantConfig
