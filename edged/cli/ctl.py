@@ -29,6 +29,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                       "a governor level needing a lighter one still wins")
     sw.add_argument("model")
     sw.add_argument("variant")
+    pl = csub.add_parser("pull", help="fetch, check and switch to a delivered model's new "
+                                      "version (docs/delivery.md)")
+    pl.add_argument("model")
+    pl.add_argument("version", nargs="?", help="a version label or tag (default: the one the "
+                    "source points at now)")
 
 
 def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | None:
@@ -45,8 +50,10 @@ def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
     msg: dict[str, Any] = {"op": args.action}
-    if args.action in ("load", "unload", "swap"):
+    if args.action in ("load", "unload", "swap", "pull"):
         msg["model"] = args.model
+    if args.action == "pull" and args.version:
+        msg["version"] = args.version
     if args.action == "swap":
         msg["variant"] = args.variant
     if args.action == "level":

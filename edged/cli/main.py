@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from edged.cli import ctl, daemon, frigate, keys, requests
+from edged.cli import ctl, daemon, frigate, keys, publish, requests
 
 #: Subcommands whose parsers live in (and import) their own modules.
 _HEAVY = ("bench", "compile", "governor", "device-check", "isa-check")
@@ -25,7 +25,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="edged", description="An on-device inference daemon.")
     ap.add_argument("--version", action="version", version=f"edged {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for group in (daemon, requests, ctl, keys, frigate):
+    for group in (daemon, requests, ctl, keys, frigate, publish):
         group.add_parsers(sub)
     if command is not None and command not in _HEAVY:
         return ap
@@ -85,5 +85,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "models": requests.cmd_simple, "health": requests.cmd_simple, "status": ctl.cmd_status,
     "ctl": ctl.cmd_ctl, "keys": keys.cmd_keys, "frigate": frigate.cmd_frigate,
     "compile": cmd_compile, "bench": _own, "governor": cmd_governor, "device-check": _own,
-    "isa-check": _own,
+    "isa-check": _own, "publish": publish.cmd_publish,
 }

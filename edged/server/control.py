@@ -35,16 +35,18 @@ Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 class Control:
     def __init__(self, state: ServerState, health: Health, governing: Governing,
                  reload: Callable[[], Awaitable[dict[str, Any]]],
-                 load: Callable[[Any], Awaitable[list[str]]]) -> None:
+                 load: Callable[[Any], Awaitable[list[str]]],
+                 deliveries: Any = None) -> None:
         self.state = state
         self.health = health
         self.governing = governing
         self._reload = reload
         self._load = load
+        self.deliveries = deliveries  # edged.server.delivery.Deliveries
         self.ops: dict[str, Handler] = {
             "status": self._status, "models": self._models, "reload": self._reload_op,
             "load": self._load_op, "unload": self._unload, "level": self._level,
-            "swap": self._swap,
+            "swap": self._swap, "pull": self._pull,
         }
         assert set(self.ops) == set(CONTROL_OPS), "server and client disagree on control ops"
         self.sock: zmq.asyncio.Socket | None = None
@@ -139,6 +141,22 @@ class Control:
         if failed:
             raise Unavailable(f"model {name!r} failed to load: {m.error}")
         return {"model": m.describe()}
+
+    async def _pull(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """A delivered model's new version (or ``version``) through every stage; the reply
+        says where it ended (``delivery``) and is an error when it was refused."""
+        name = _str_arg(msg, "model")
+        version = msg.get("version")
+        if version is not None and (not isinstance(version, str) or not version):
+            raise InvalidArgument("'version' must be a non-empty string")
+        before = (self.deliveries.entries.get(name) or {}).get("last_refusal")
+        entry = await self.deliveries.update(name, version, "operator")
+        refusal = entry.get("last_refusal")
+        out: dict[str, Any] = {"delivery": entry}
+        if refusal is not None and refusal is not before:
+            out.update(status="UNAVAILABLE", error=f"refused at {refusal['stage']}: "
+                       f"{refusal['message']}")
+        return out
 
     async def _swap(self, msg: dict[str, Any]) -> dict[str, Any]:
         m = self.state.registry.get(_str_arg(msg, "model"))

@@ -34,6 +34,7 @@ from edged.protocols.kserve.offload import Offload
 from edged.protocols.kserve.room import KServeRoom
 from edged.protocols.native.room import NativeRoom
 from edged.server.control import Control
+from edged.server.delivery import Deliveries
 from edged.server.governing import Governing
 from edged.server.health import Health
 from edged.server.reload import Reloader
@@ -60,8 +61,10 @@ class Server:
         state.rooms = [NativeRoom(state, self.health.health), FrigateRoom(state),
                        KServeRoom(state), self.offload]
         self.reloader = Reloader(state, self.governing)
+        self.deliveries = Deliveries(state)
+        self.health.sections.append(lambda: {"delivery": self.deliveries.status()})
         self.control = Control(state, self.health, self.governing, self.reload,
-                               lambda mc: self._load([mc], startup=False))
+                               lambda mc: self._load([mc], startup=False), self.deliveries)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -93,11 +96,12 @@ class Server:
         self._tasks.append(loop.create_task(self.governing.loop(), name="governor"))
         self._tasks.append(loop.create_task(self.governing.watch_load(), name="overload"))
         try:
-            await self._load(list(cfg.models), startup=True)
+            await self._load(self.deliveries.startup_models(list(cfg.models)), startup=True)
         finally:
             # What start-up did not take (may still be opening) is closed off READY's path.
             loop.run_in_executor(None, discard_preopened)
         self._tasks.append(loop.create_task(self.health.watchdog_loop(), name="watchdog"))
+        self._tasks.append(loop.create_task(self.deliveries.loop(), name="delivery"))
         st.ready = True
         st.phase = "serving"
         st.notifier.ready(self.health.status_line())

@@ -1,0 +1,151 @@
+"""What a stored version must pass on this device before it serves: the model it makes,
+its contract against what the model's clients send, and its accuracy on its own
+validation set.
+
+Why on the device: the field's servers stop at "it loaded" (docs/delivery.md); a version
+that loads can still answer another task (a changed input, a retrained head that lost
+accuracy), and this device's runtime is not the publisher's. Each check raises ``Refused``
+(``edged.delivery.download``) with its stage and reason; nothing here touches what serves.
+
+- ``version_config``: the ``ModelConfig`` of a version, from the served model's own table
+  (its preprocessing, post-processing, batching: how clients call it) and the version's
+  ladder (``variants.toml`` as ``edged compile`` wrote it; paths are the bundle's files);
+  each variant is named ``VARIANT@VERSION``, so every reply names the version it came from;
+- ``check_contract``: the candidate's inputs and outputs are the ones the model's clients
+  send and read (names, dtypes, shapes; a dynamic dimension matches any);
+- ``accuracy_gate``: its top variant on the bundle's labelled validation set, on this
+  device, may lose at most ``MAX_DROP_POINTS`` (the 2-point rule of ``edged compile``)
+  against the accuracy the bundle claims.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edged.backends.base import TensorSpec, run_batch
+from edged.config.models import ModelConfig, VariantConfig, _variant
+from edged.config.schema import Table
+from edged.delivery.bundle import Manifest
+from edged.delivery.download import Refused
+from edged.delivery.store import Version
+
+#: the accuracy gate: at most this many points below what the bundle claims
+MAX_DROP_POINTS = 2.0
+#: validation rows the gate runs at most (bounded time on a small device)
+MAX_GATE_ROWS = 2000
+
+
+def version_config(base: ModelConfig, version: Version, manifest: Manifest) -> ModelConfig:
+    """The served model's table with the version's ladder (``Refused`` when the ladder
+    names a file the bundle lacks or a key edged does not know)."""
+    ladder = version.path / (manifest.ladder or "variants.toml")
+    try:
+        doc = tomllib.loads(ladder.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise Refused("verifying", "ladder", f"{ladder.name}: unreadable: {e}") from None
+    tables = (doc.get("models") or {}).get("variants") if isinstance(doc.get("models"),
+                                                                       dict) else None
+    if not isinstance(tables, list) or not tables:
+        raise Refused("verifying", "ladder", f"{ladder.name}: no [[models.variants]]")
+    problems: list[str] = []
+    variants: list[VariantConfig] = []
+    for i, vt in enumerate(tables):
+        if not isinstance(vt, dict):
+            continue
+        vt = dict(vt)
+        if isinstance(vt.get("path"), str):
+            vt["path"] = Path(vt["path"]).name  # a bundle is flat: its files by base name
+        t = Table(vt, f"models.variants[{i}]", ladder, problems, base_dir=version.path)
+        v = _variant(t)
+        if v is None:
+            continue
+        if not v.path.is_file() or v.path.parent != version.path:
+            problems.append(f"{ladder.name}: models.variants[{i}].path: {v.path.name} is "
+                            "not a file of the bundle")
+            continue
+        variants.append(replace(v, name=f"{v.name}@{manifest.version}"))
+    if problems or not variants:
+        raise Refused("verifying", "ladder", "; ".join(problems) or
+                      f"{ladder.name}: no usable variant")
+    return replace(base, variants=tuple(variants))
+
+
+def _fits(want: TensorSpec, got: TensorSpec) -> bool:
+    if want.name != got.name or want.dtype != got.dtype or len(want.shape) != len(got.shape):
+        return False
+    return all(a == b or a < 0 or b < 0 for a, b in zip(want.shape[1:], got.shape[1:],
+                                                        strict=True))
+
+
+def check_contract(clients_send: list[TensorSpec], clients_read: list[TensorSpec],
+                   inputs: list[TensorSpec], outputs: list[TensorSpec]) -> None:
+    """``Refused`` unless the candidate takes what clients send and gives what they read."""
+    def show(specs: list[TensorSpec]) -> str:
+        return ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in specs)
+
+    if len(inputs) != len(clients_send) or not all(
+            any(_fits(w, g) for g in inputs) for w in clients_send):
+        raise Refused("gating", "contract",
+                      f"the new version takes {show(inputs)}; the model's clients send "
+                      f"{show(clients_send)}")
+    missing = [w for w in clients_read if not any(_fits(w, g) for g in outputs)]
+    if missing:
+        raise Refused("gating", "contract",
+                      f"the new version gives {show(outputs)}; the model's clients read "
+                      f"{show(missing)}")
+
+
+def _validation(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            x = z["x"][:MAX_GATE_ROWS]
+            y = z["y"][:MAX_GATE_ROWS]
+    except (OSError, ValueError, KeyError) as e:
+        raise Refused("gating", "validation", f"{path.name}: not a labelled validation set "
+                      f"(an .npz with x and y): {e}") from None
+    if len(x) == 0 or len(x) != len(y):
+        raise Refused("gating", "validation", f"{path.name}: {len(x)} inputs, {len(y)} labels")
+    return x, y
+
+
+def accuracy_gate(loaded: Any, preprocessor: Any, version: Version,
+                  manifest: Manifest) -> dict[str, float]:
+    """Top-1 accuracy of ``loaded`` (an open variant: its ``backend``) on the bundle's
+    validation set, on this device; ``Refused`` when it is more than ``MAX_DROP_POINTS``
+    below the claim. Blocking (a worker thread)."""
+    if manifest.metric != "top1":
+        raise Refused("gating", "metric", f"this device gates {manifest.metric!r} versions "
+                      "not yet; publish a top1 validation set")
+    x, y = _validation(version.path / manifest.validation)
+    spec = loaded.backend.inputs[0]
+    correct = 0
+    batch = 32
+    for i in range(0, len(x), batch):
+        rows = x[i:i + batch]
+        if spec.matches_item(rows.dtype, rows.shape):
+            t = np.ascontiguousarray(rows)
+        elif preprocessor is not None and rows.dtype == np.uint8:
+            t = np.concatenate([preprocessor.from_frame(r) for r in rows])
+        else:
+            raise Refused("gating", "validation", f"{manifest.validation}: rows "
+                          f"{rows.dtype} {list(rows.shape[1:])} fit neither the input "
+                          f"{spec.name} {list(spec.shape)} nor its preprocessing")
+        outs = run_batch(loaded.backend, {spec.name: t})
+        logits = outs[loaded.backend.outputs[0].name]
+        correct += int((logits.reshape(len(rows), -1).argmax(1) == y[i:i + batch]).sum())
+    measured = 100.0 * correct / len(x)
+    claimed = 100.0 * manifest.accuracy
+    report = {"accuracy_pct": round(measured, 3), "claimed_pct": round(claimed, 3),
+              "rows": float(len(x))}
+    if measured < claimed - MAX_DROP_POINTS:
+        raise Refused("gating", "accuracy",
+                      f"top-1 {measured:.2f}% on {len(x)} rows of {manifest.validation} on "
+                      f"this device, {claimed - measured:.2f} points below the "
+                      f"{claimed:.2f}% the bundle claims (at most {MAX_DROP_POINTS:g} "
+                      "points are allowed)")
+    return report

@@ -1,0 +1,145 @@
+"""Real parts for delivery tests: an OCI registry (Debian's ``docker-registry``, the CNCF
+distribution registry) on loopback, a web server that honours ``Range`` (and can cut a
+file short once, as a dropped connection does), EC key pairs, and what ``edged compile``
+writes for the shipped digits model, ready for ``edged publish``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from support.daemons import free_port
+from support.paths import MODELS
+
+REGISTRY = shutil.which("docker-registry")
+
+
+def keypair(folder: Path, name: str = "publisher") -> tuple[Path, Path]:
+    """An EC P-256 key pair (PEM): the private key and the public key."""
+    from cryptography.hazmat.primitives import serialization as s
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    k = ec.generate_private_key(ec.SECP256R1())
+    key, pub = folder / f"{name}.pem", folder / f"{name}.pub"
+    key.write_bytes(k.private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8, s.NoEncryption()))
+    pub.write_bytes(k.public_key().public_bytes(s.Encoding.PEM,
+                                                s.PublicFormat.SubjectPublicKeyInfo))
+    return key, pub
+
+
+def compiled(folder: Path, top: str = "cnn-fp32", flip_labels: float = 0.0) -> Path:
+    """What ``edged compile`` wrote for the digits model: ``top`` (and the INT8 rung below
+    it when ``top`` is cnn-fp32) with their golden files, ``variants.toml``, the contract
+    and the validation set; ``flip_labels`` of the labels are changed (a validation set
+    the model is that much less accurate on)."""
+    folder.mkdir(parents=True)
+    ladder = [top] + (["cnn-int8"] if top == "cnn-fp32" else [])
+    lines = []
+    for name in ladder:
+        for suffix in (".onnx", ".onnx.golden.npz"):
+            shutil.copy(MODELS / f"{name}{suffix}", folder / f"{name}{suffix}")
+        lines += ["[[models.variants]]", f'name = "{name}"', 'backend = "onnxruntime"',
+                  f'path = "../somewhere/{name}.onnx"', "[models.variants.options]",
+                  "threads = 1", ""]
+    (folder / "variants.toml").write_text("\n".join(lines))
+    card = json.loads((MODELS / "model.json").read_text())
+    (folder / "model.json").write_text(json.dumps(card))
+    with np.load(MODELS / "validation.npz") as z:
+        x, y = z["x"], z["y"].copy()
+    n = round(flip_labels * len(y))
+    y[:n] = (y[:n] + 1) % 10
+    np.savez(folder / "validation.npz", x=x, y=y)
+    return folder
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """A static file server that honours ``Range: bytes=N-`` (206) and, for files named in
+    ``cut``, sends half of the first response and closes the connection."""
+
+    cut: ClassVar[set[str]] = set()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = Path(self.translate_path(self.path))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        start = 0
+        rng = self.headers.get("Range")
+        if rng and rng.startswith("bytes=") and rng.endswith("-"):
+            start = int(rng[6:-1])
+        body = data[start:]
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if path.name in self.cut:
+            self.cut.discard(path.name)
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(2)
+            return
+        self.wfile.write(body)
+
+
+@contextlib.contextmanager
+def web_server(root: Path) -> Iterator[tuple[str, type[RangeHandler]]]:
+    handler = type("Handler", (RangeHandler,), {"cut": set()})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                          functools.partial(handler, directory=str(root)))
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", handler
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@contextlib.contextmanager
+def registry(root: Path) -> Iterator[str]:
+    """``docker-registry serve`` on a free loopback port; its ``HOST:PORT``."""
+    if REGISTRY is None:
+        pytest.skip("docker-registry is not installed (Debian package docker-registry; "
+                    ".ci/run installs it)")
+    port = free_port()
+    cfg = root / "registry.yml"
+    cfg.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+                   f"    rootdirectory: {root / 'registry'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    log = (root / "registry.log").open("wb")
+    proc = subprocess.Popen([REGISTRY, "serve", str(cfg)], stdout=log, stderr=log)
+    try:
+        end = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None, (root / "registry.log").read_text()
+            assert time.monotonic() < end, "the registry did not answer /v2/ in 20 s"
+            time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
