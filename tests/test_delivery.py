@@ -134,7 +134,7 @@ def test_a_signed_version_published_once_is_pulled_gated_and_served(world: World
     r = world.pull(model)
     assert r["status"] == "OK", r
     e = r["delivery"]
-    assert e["version"] == "v2" and e["stage"] == "serving", e
+    assert e["version"] == "v2" and e["stage"] == "watching", e  # [models.rollout] watch_s
     assert e["gate"]["accuracy_pct"] >= 97.0, e
     assert world.serving(model) == "cnn-fp32@v2"  # replies name the new version
     assert world.pull(model)["delivery"]["version"] == "v2"  # nothing new: nothing changes

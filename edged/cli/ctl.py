@@ -34,6 +34,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("model")
     pl.add_argument("version", nargs="?", help="a version label or tag (default: the one the "
                     "source points at now)")
+    pr = csub.add_parser("promote", help="switch a delivered model to VERSION by hand (gated)")
+    pr.add_argument("model")
+    pr.add_argument("version")
+    rb = csub.add_parser("rollback", help="serve a delivered model's previous version again; "
+                                          "the current one is never taken again")
+    rb.add_argument("model")
 
 
 def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | None:
@@ -50,9 +56,9 @@ def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
     msg: dict[str, Any] = {"op": args.action}
-    if args.action in ("load", "unload", "swap", "pull"):
+    if args.action in ("load", "unload", "swap", "pull", "promote", "rollback"):
         msg["model"] = args.model
-    if args.action == "pull" and args.version:
+    if args.action in ("pull", "promote") and args.version:
         msg["version"] = args.version
     if args.action == "swap":
         msg["variant"] = args.variant

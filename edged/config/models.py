@@ -13,6 +13,7 @@ from pathlib import Path
 from edged.config.overload import OverloadConfig
 from edged.config.postprocess import PostprocessConfig
 from edged.config.preprocess import PreprocessConfig
+from edged.config.rollout import RolloutConfig, read_rollout
 from edged.config.runtimes import RUNTIMES, BackendOptions, read_options
 from edged.config.schema import Table, non_negative, positive
 from edged.config.source import SourceConfig, read_source
@@ -59,6 +60,8 @@ class ModelConfig:
     #: where new versions come from (docs/delivery.md); the variants are then the
     #: version's own (its ladder), or the configured ones until a first version arrives
     source: SourceConfig | None = None
+    #: how a delivered version is shadowed and watched into service
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
 
 
@@ -121,6 +124,7 @@ def read_model(t: Table) -> ModelConfig | None:
         verify=verify,
         overload=OverloadConfig.from_table(t.table("overload")),
         source=source,
+        rollout=read_rollout(t.table("rollout")),
     )
     if batching.data:
         batching.done()

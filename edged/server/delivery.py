@@ -31,9 +31,10 @@ from edged.delivery.pipeline import accuracy_gate, check_contract, version_confi
 from edged.delivery.sources import SourceError, open_source
 from edged.delivery.store import Version
 from edged.delivery.trust import Trust
-from edged.errors import NotFound
+from edged.errors import NotFound, Unavailable
 from edged.model.model import Model
 from edged.server.state import ServerState
+from edged.server.watch import Readings, Window, judge, read, window
 
 log = logging.getLogger("edged.delivery")
 
@@ -47,6 +48,9 @@ class Deliveries:
         self._locks: dict[str, asyncio.Lock] = {}
         #: per model: what ``edged status`` shows (``delivery``)
         self.entries: dict[str, dict[str, Any]] = {}
+        #: one reading a second of each delivered model (the watch's baselines)
+        self.readings = Readings()
+        self._watching: dict[str, asyncio.Task[Any]] = {}
 
     # -- which models, and what they serve at start --------------------------------------
     def delivered(self) -> list[ModelConfig]:
@@ -105,8 +109,13 @@ class Deliveries:
         """Poll every delivered model's source at its ``poll_s`` (0: never by itself)."""
         due: dict[str, float] = {m.name: time.monotonic() + FIRST_POLL_S
                                  for m in self.delivered() if m.source and m.source.poll_s}
+        next_reading = 0.0
         while True:
             now = time.monotonic()
+            if now >= next_reading:
+                next_reading = now + 1.0
+                for m in self.delivered():
+                    self.readings.add(m.name, read(self.state.metrics, m.name))
             for m in self.delivered():
                 if m.source is None or not m.source.poll_s:
                     continue
@@ -161,10 +170,21 @@ class Deliveries:
             self._entry(mc.name, stage="serving", progress=f"{manifest.version} is the "
                         "version serving", candidate=None)
             return
+        await self._take(mc, v, manifest, by, fetched.ref.where)
+
+    async def _take(self, mc: ModelConfig, v: Version, manifest: Manifest, by: str,
+                    where: str) -> None:
+        """A stored version through the gate, the switch and into the watch window."""
+        st = self.state
+        assert st.store is not None
+        self._stop_watch(mc.name)
         self._entry(mc.name, stage="gating", candidate=manifest.version,
                     progress=f"{manifest.version} ({v.digest[:12]}): contract, accuracy")
         cand = await self._gate(mc, v, manifest)
         self._entry(mc.name, stage="promoting", progress=f"{manifest.version}")
+        now = read(st.metrics, mc.name)
+        before = self.readings.since(mc.name, mc.rollout.watch_s)
+        baseline = window(before, now) if before is not None else None
         old = st.registry.replace({mc.name: cand}, [])
         for m in old:
             st.spawn(_retire(m, st.config.server.drain_timeout_s))
@@ -172,7 +192,134 @@ class Deliveries:
         self._served(mc.name, v, manifest, "promoted")
         st.metrics.model_updates.labels(mc.name, "promoted", by).inc()
         log.info("delivery: model %s now serves %s (%s) from %s", mc.name, manifest.version,
-                 v.digest[:12], fetched.ref.where)
+                 v.digest[:12], where)
+        if mc.rollout.watch_s > 0:
+            self._entry(mc.name, stage="watching", watch={
+                "version": manifest.version, "seconds": mc.rollout.watch_s,
+                "baseline": baseline.to_json() if baseline else None})
+            self._watching[mc.name] = asyncio.get_running_loop().create_task(
+                self._watch(mc, v, manifest, baseline))
+
+    def _stop_watch(self, name: str) -> None:
+        t = self._watching.pop(name, None)
+        if t is not None and not t.done() and t is not asyncio.current_task():
+            t.cancel()
+
+    async def _watch(self, mc: ModelConfig, v: Version, manifest: Manifest,
+                     baseline: Window | None) -> None:
+        """The watch window: roll back by itself on a regression (``edged.server.watch``)."""
+        st = self.state
+        start = read(st.metrics, mc.name)
+        end = start.at + mc.rollout.watch_s
+        while True:
+            await asyncio.sleep(1.0)
+            w = window(start, read(st.metrics, mc.name))
+            self._entry(mc.name, watch={**(self.entries[mc.name].get("watch") or {}),
+                                        "watched": w.to_json()})
+            why = judge(w, baseline, mc.rollout)
+            if why is not None:
+                log.error("delivery: model %s %s regressed in its watch window: %s; rolling "
+                          "back", mc.name, manifest.version, why)
+                await self.rollback(mc.name, why, automatic=True)
+                return
+            if time.monotonic() >= end:
+                break
+        self._entry(mc.name, stage="serving", progress=f"{manifest.version} passed its "
+                    f"{mc.rollout.watch_s:g} s watch window")
+        self._history(mc.name, version=manifest.version, digest=v.digest, event="watched")
+        log.info("delivery: model %s %s passed its watch window (%s)", mc.name,
+                 manifest.version, w.to_json())
+
+    async def rollback(self, name: str, reason: str, automatic: bool = False
+                       ) -> dict[str, Any]:
+        """Serve the version before this one again; this one is never taken again from
+        its source. ``edged ctl rollback MODEL`` and the watch window call it."""
+        mc = self.state.config.model(name)
+        if mc is None or mc.source is None:
+            raise NotFound(f"model {name!r} has no [models.source] in "
+                           f"{self.state.config.file}")
+        if not automatic:
+            self._stop_watch(name)
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            return await self._rollback(mc, reason, automatic)
+
+    async def _rollback(self, mc: ModelConfig, reason: str, automatic: bool
+                        ) -> dict[str, Any]:
+        st = self.state
+        assert st.store is not None and mc.source is not None
+        cur = st.store.serving(mc.name)
+        if cur is None:
+            raise Unavailable(f"model {mc.name!r} serves no delivered version; nothing to "
+                              "roll back")
+        fb = st.store.fallback(mc.name)
+        target = None
+        label = "its configured variants"
+        if fb is not None:
+            try:
+                fb_manifest = _manifest(fb)
+                target = version_config(mc, fb, fb_manifest)
+                label = fb_manifest.version
+            except (Refused, BundleRefused, OSError) as e:
+                log.error("delivery: model %s: fallback %s unusable: %s", mc.name,
+                          fb.digest[:12], e)
+        elif mc.variants:
+            target = mc
+        if target is None:
+            raise Unavailable(f"model {mc.name!r} has no version to roll back to")
+        self._entry(mc.name, stage="rolling back", progress=f"to {label}: {reason}"[:200])
+        model = st.registry.create(target, st.config.server)
+        try:
+            await model.load(0)
+        except Exception:
+            await model.close()
+            raise Unavailable(f"rolling {mc.name!r} back to {label} failed: "
+                              f"{model.error}") from None
+        for m in st.registry.replace({mc.name: model}, []):
+            st.spawn(_retire(m, st.config.server.drain_timeout_s))
+        await asyncio.to_thread(st.store.demote, mc.name, cur.digest, reason, True,
+                                mc.source.url)
+        kind = "automatic" if automatic else "operator"
+        st.metrics.model_updates.labels(mc.name, "rolled_back",
+                                        reason.split(":", 1)[0] if automatic else kind).inc()
+        log.warning("delivery: model %s rolled back from %s to %s (%s): %s; %s is never "
+                    "taken again from %s", mc.name, cur.name, label, kind, reason,
+                    cur.name, mc.source.url)
+        if fb is not None and target is not mc:
+            self._served(mc.name, fb, _manifest(fb), "restored")
+        else:
+            self._entry(mc.name, version=None, digest=None, stage="serving its configured "
+                        "variants")
+            for labels in list(st.metrics.model_version._metrics):
+                if labels[0] == mc.name:
+                    st.metrics.model_version.remove(*labels)
+        self._history(mc.name, version=cur.name, digest=cur.digest, event="rolled back",
+                      reason=reason[:200], by=kind)
+        self._entry(mc.name, last_rollback={"version": cur.name, "reason": reason,
+                                            "by": kind, "at": round(time.time(), 1)})
+        return self.entries[mc.name]
+
+    async def promote(self, name: str, version: str) -> dict[str, Any]:
+        """``edged ctl promote MODEL VERSION``: a stored version (else pulled) through
+        the gate and the switch, by hand."""
+        mc = self.state.config.model(name)
+        if mc is None or mc.source is None:
+            raise NotFound(f"model {name!r} has no [models.source] in "
+                           f"{self.state.config.file}")
+        st = self.state
+        assert st.store is not None
+        v = st.store.find(name, version)
+        if v is None:
+            return await self.update(name, version, "operator")
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            try:
+                why = st.store.never_again(name, v.digest)
+                if why:
+                    raise Refused("verifying", "rolled_back", f"{name} {version} was rolled "
+                                  f"back here before ({why})")
+                await self._take(mc, v, _manifest(v), "operator", str(v.path))
+            except Refused as e:
+                self._refused(name, e)
+        return self.entries.get(name, {})
 
     async def _gate(self, mc: ModelConfig, v: Version, manifest: Manifest) -> Model:
         """The candidate model, loaded beside the serving one and checked; closed and
@@ -205,6 +352,10 @@ class Deliveries:
     def _entry(self, name: str, **fields: Any) -> None:
         e = self.entries.setdefault(name, {"history": []})
         e.update(fields, at=round(time.time(), 1))
+
+    def _history(self, name: str, **event: Any) -> None:
+        e = self.entries.setdefault(name, {"history": []})
+        e["history"] = [*e["history"], {"at": round(time.time(), 1), **event}][-20:]
 
     def _served(self, name: str, v: Version, manifest: Manifest, how: str) -> None:
         st = self.state

@@ -71,6 +71,8 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
     ``cut``, sends half of the first response and closes the connection."""
 
     cut: ClassVar[set[str]] = set()
+    #: files sent slowly (64 KiB every 50 ms): a download that takes a while
+    slow: ClassVar[set[str]] = set()
 
     def log_message(self, *args: object) -> None:
         pass
@@ -97,12 +99,20 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
             with contextlib.suppress(OSError):
                 self.connection.shutdown(2)
             return
+        if path.name in self.slow:
+            for i in range(0, len(body), 1 << 16):
+                try:
+                    self.wfile.write(body[i:i + (1 << 16)])
+                except OSError:
+                    return
+                time.sleep(0.05)
+            return
         self.wfile.write(body)
 
 
 @contextlib.contextmanager
 def web_server(root: Path) -> Iterator[tuple[str, type[RangeHandler]]]:
-    handler = type("Handler", (RangeHandler,), {"cut": set()})
+    handler = type("Handler", (RangeHandler,), {"cut": set(), "slow": set()})
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
                                           functools.partial(handler, directory=str(root)))
     t = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -143,3 +153,39 @@ def registry(root: Path) -> Iterator[str]:
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+def slow_digits(path: Path, trips: int = 15000) -> Path:
+    """The digits CNN with the same answers, each batch waiting for a Loop of ``trips``
+    Tanh steps started from the input (ONNX Runtime cannot fold it away): a version that
+    passes the accuracy gate and answers several times slower."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    m = onnx.load(str(MODELS / "cnn-fp32.onnx"))
+    g = m.graph
+    out = g.output[0].name
+    inp = g.input[0].name
+    for node in g.node:
+        node.output[:] = [f"{out}__raw" if o == out else o for o in node.output]
+    body = helper.make_graph(
+        [helper.make_node("Tanh", ["h_in"], ["h_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1])])
+    g.initializer.extend([numpy_helper.from_array(np.array(trips, np.int64), "slow_trips"),
+                          numpy_helper.from_array(np.array(True), "slow_cond"),
+                          numpy_helper.from_array(np.array([1], np.int64), "slow_one"),
+                          numpy_helper.from_array(np.array([0.0], np.float32), "slow_zero")])
+    g.node.extend([
+        helper.make_node("ReduceMean", [inp], ["slow_mean"], keepdims=0),
+        helper.make_node("Reshape", ["slow_mean", "slow_one"], ["slow_h0"]),
+        helper.make_node("Loop", ["slow_trips", "slow_cond", "slow_h0"], ["slow_h"], body=body),
+        helper.make_node("Mul", ["slow_h", "slow_zero"], ["slow_z"]),
+        helper.make_node("Add", [f"{out}__raw", "slow_z"], [out])])
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    return path

@@ -1,0 +1,215 @@
+"""After the gate (issue 30, edged/server/delivery.py and watch.py): the watch window rolls
+a regressing version back by itself, an operator promotes and rolls back by hand, a
+rolled-back version is never taken again from its source, and a daemon killed at any stage
+restarts serving one whole version.
+
+Real parts: the daemon, the shipped digits model as published bundles signed here, a
+folder source and a web server that can be slowed down; the slower version is the same
+CNN whose every batch also waits for a Loop (same answers: it passes the accuracy gate).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from support.configs import DIGITS_PREPROCESS, config, model_table, variant
+from support.daemons import Daemon
+from support.delivery import compiled, keypair, slow_digits, web_server
+from support.digits import X, Y, tensor
+from support.paths import MODELS
+
+from edged.delivery.bundle import pack
+from edged.delivery.sources import open_source
+from edged.delivery.trust import sign
+
+pytest.importorskip("model_signing", reason="delivery needs pip install 'edged[delivery]'")
+
+
+def make_config(tmp: Path, url: str, pub: Path, rollout: str) -> Path:
+    extra = (f'[models.source]\nurl = "{url}"\npublic_key = "{pub}"\npoll_s = 0\n'
+             f"[models.rollout]\n{rollout}")
+    table = model_table("digits", [variant("cnn-fp32", MODELS / "cnn-fp32.onnx")],
+                        max_batch_size=8, preprocess=DIGITS_PREPROCESS, extra=extra)
+    return config(tmp, models=[table],
+                  server=f'drain_timeout_s = 2.0\nstate_dir = "{tmp / "state"}"\n')
+
+
+def publish(tmp: Path, to: str, key: Path, version: str, src: Path,
+            accuracy: float = 0.9978) -> None:
+    out = tmp / f"bundle-{version}"
+    m = pack(src, out, "digits", version, accuracy)
+    sign(out, key)
+    open_source(to).publish(out, "digits", version, m.digest)
+
+
+def slow_compiled(tmp: Path, name: str) -> Path:
+    src = compiled(tmp / name)
+    slow_digits(src / "cnn-fp32.onnx", trips=4000)
+    (src / "cnn-fp32.onnx.golden.npz").unlink()  # its golden outputs were the old model's
+    return src
+
+
+def answering(d: Daemon) -> str:
+    with d.client(timeout_s=30) as c:
+        r = c.infer("digits", tensor(0))
+        assert r.ok and int(np.argmax(r.outputs["logits"])) == int(Y[0])
+        return str(r.variant)
+
+
+class Load:
+    """``n`` clients sending as fast as they are answered; every reply's status and variant."""
+
+    def __init__(self, d: Daemon, n: int) -> None:
+        self.d, self.stop = d, threading.Event()
+        self.replies: list[tuple[str, str | None]] = []
+        self.threads = [threading.Thread(target=self._run, args=(i,)) for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, k: int) -> None:
+        with self.d.client(timeout_s=30) as c:
+            i = k
+            while not self.stop.is_set():
+                r = c.infer("digits", tensor(i % len(X)), raise_on_error=False)
+                self.replies.append((r.status, r.header.get("variant")))
+                i += 1
+
+    def end(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> tuple[Path, Path]:
+    return keypair(tmp_path)
+
+
+def test_a_version_slower_in_its_watch_window_is_rolled_back_by_itself(
+        tmp_path: Path, keys: tuple[Path, Path]) -> None:
+    key, pub = keys
+    repo = tmp_path / "repo"
+    cfg = make_config(tmp_path, f"file://{repo}", pub,
+                      "watch_s = 20\nmin_requests = 30\nmax_p99_ratio = 1.5\n")
+    d = Daemon(cfg, tmp_path, metrics=True)
+    load = None
+    try:
+        publish(tmp_path, str(repo), key, "v2", slow_compiled(tmp_path, "slow"))
+        load = Load(d, 4)
+        time.sleep(4.0)  # the previous version's latency at this load: the baseline
+        r = d.ctl({"op": "pull", "model": "digits"}, timeout=120)
+        assert r["status"] == "OK" and r["delivery"]["version"] == "v2", r
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            e = d.ctl({"op": "status"})["delivery"]["digits"]
+            if e.get("last_rollback"):
+                break
+            time.sleep(0.2)
+        time.sleep(0.5)
+        load.end()
+        e = d.ctl({"op": "status"})["delivery"]["digits"]
+        assert e["last_rollback"]["by"] == "automatic", e
+        assert e["last_rollback"]["reason"].startswith("p99:"), e
+        # the promotion and the rollback failed no request; both versions answered
+        assert {s for s, _ in load.replies} == {"OK"}
+        assert {v for _, v in load.replies} == {"cnn-fp32", "cnn-fp32@v2"}
+        assert answering(d) == "cnn-fp32"  # the configured version serves again
+        # a rolled-back version is never taken again from the same source
+        r = d.ctl({"op": "pull", "model": "digits"}, timeout=120)
+        assert r["status"] != "OK" and r["delivery"]["last_refusal"]["reason"] == \
+            "rolled_back", r
+        from support.daemons import metric, metrics
+
+        assert metric(metrics(d), "edged_model_updates_total", outcome="rolled_back",
+                      reason="p99") == 1
+    finally:
+        if load is not None:
+            load.end()
+        d.stop()
+
+
+def test_an_operator_promotes_and_rolls_back_by_hand(tmp_path: Path,
+                                                     keys: tuple[Path, Path]) -> None:
+    key, pub = keys
+    repo = tmp_path / "repo"
+    d = Daemon(make_config(tmp_path, f"file://{repo}", pub, "watch_s = 0\n"), tmp_path)
+    try:
+        publish(tmp_path, str(repo), key, "v2", compiled(tmp_path / "c2"))
+        publish(tmp_path, str(repo), key, "v3", compiled(tmp_path / "c3", top="small-fp32"),
+                accuracy=0.9867)
+        assert d.ctl({"op": "promote", "model": "digits", "version": "v2"},
+                     timeout=120)["status"] == "OK"
+        assert answering(d) == "cnn-fp32@v2"
+        assert d.ctl({"op": "promote", "model": "digits", "version": "v3"},
+                     timeout=120)["status"] == "OK"
+        assert answering(d) == "small-fp32@v3"
+        r = d.ctl({"op": "rollback", "model": "digits"}, timeout=120)
+        assert r["status"] == "OK" and r["delivery"]["version"] == "v2", r
+        assert answering(d) == "cnn-fp32@v2"
+        r = d.ctl({"op": "promote", "model": "digits", "version": "v3"}, timeout=120)
+        assert r["status"] != "OK" and "rolled back" in r["error"], r
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("stage", ["downloading", "gating", "watching"])
+def test_a_daemon_killed_at_any_stage_restarts_on_a_whole_version(
+        tmp_path: Path, keys: tuple[Path, Path], stage: str) -> None:
+    key, pub = keys
+    www = tmp_path / "www"
+    www.mkdir()
+    with web_server(www) as (url, handler):
+        cfg = make_config(tmp_path, url, pub, "watch_s = 60\n")
+        d = Daemon(cfg, tmp_path)
+        try:
+            publish(tmp_path, str(www), key, "v2", compiled(tmp_path / "c2"))
+            assert d.ctl({"op": "pull", "model": "digits"}, timeout=120)["status"] == "OK"
+            src = compiled(tmp_path / "c3", top="small-fp32")
+            if stage == "downloading":  # a large file, sent slowly
+                (src / "big.golden.npz").write_bytes(bytes(40 << 20))
+                handler.slow = {"big.golden.npz"}  # type: ignore[attr-defined]
+            if stage == "gating":  # a long gate: many validation rows
+                with np.load(src / "validation.npz") as z:
+                    x, y = np.tile(z["x"], (5, 1, 1)), np.tile(z["y"], 5)
+                np.savez(src / "validation.npz", x=x, y=y)
+            publish(tmp_path, str(www), key, "v3", src, accuracy=0.9867)
+            threading.Thread(target=lambda: _quiet_pull(d), daemon=True).start()
+            end = time.monotonic() + 60
+            while d.ctl({"op": "status"})["delivery"]["digits"].get("stage") != stage:
+                assert time.monotonic() < end, d.log_tail()
+                time.sleep(0.01)
+            d.proc.send_signal(signal.SIGKILL)
+            d.proc.wait(10)
+        finally:
+            d.stop()
+        handler.slow = set()  # type: ignore[attr-defined]
+        d = Daemon(cfg, tmp_path)
+        try:
+            # one whole version: the old one before the switch, the new one after it
+            want = "small-fp32@v3" if stage == "watching" else "cnn-fp32@v2"
+            assert answering(d) == want
+            status = d.ctl({"op": "status"})["delivery"]["digits"]
+            assert status["version"] == want.split("@")[1] and status["stage"] == "serving"
+            if stage != "watching":  # the candidate is taken again from the start
+                r = d.ctl({"op": "pull", "model": "digits"}, timeout=180)
+                assert r["status"] == "OK", r
+                assert answering(d) == "small-fp32@v3"
+            versions = tmp_path / "state" / "store" / "versions"
+            assert all((p / "manifest.json").is_file() for p in versions.iterdir())
+        finally:
+            d.stop()
+    shutil.rmtree(tmp_path / "state", ignore_errors=True)
+
+
+def _quiet_pull(d: Daemon) -> Any:
+    try:
+        return d.ctl({"op": "pull", "model": "digits"}, timeout=120)
+    except Exception:  # the daemon is killed under it
+        return None
