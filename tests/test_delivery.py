@@ -226,6 +226,10 @@ def test_status_and_metrics_say_which_version_serves_and_why_others_were_refused
     e = s["delivery"]["digits"]
     assert e["version"] == "v2" and e["source"].startswith("file://")
     assert e["last_refusal"]["reason"] and any(h["event"] == "refused" for h in e["history"])
+    from edged.cli.status_text import format_status
+
+    text = format_status(s)
+    assert "delivery digits: v2 (" in text and "last refusal (" in text, text
     import urllib.request
 
     text = urllib.request.urlopen(

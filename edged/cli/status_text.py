@@ -55,6 +55,8 @@ def format_status(r: dict[str, Any]) -> str:
         load = m.get("overload") or {}
         if load.get("asks"):
             lines.append(f"  load asks for {load['asks']}: {load['reason']}")
+    for name, e in (r.get("delivery") or {}).items():
+        lines.extend(_delivery_lines(name, e))
     g = r.get("governor")
     lines.append("")
     if not g:
@@ -64,6 +66,35 @@ def format_status(r: dict[str, Any]) -> str:
     if r.get("last_reload"):
         lines.append(f"last reload: {json.dumps(r['last_reload'])}")
     return "\n".join(lines)
+
+
+def _delivery_lines(name: str, e: dict[str, Any]) -> list[str]:
+    """A delivered model: its version and source, a candidate's stage, the last refusal
+    and rollback, the last few events (docs/delivery.md)."""
+    digest = f" ({e['digest'][:12]})" if e.get("digest") else ""
+    out = [f"delivery {name}: {e.get('version') or 'no delivered version'}{digest} from "
+           f"{e.get('source') or '-'}; {e.get('stage') or '-'}"
+           + (f" {e['candidate']}" if e.get("candidate") else "")
+           + (f": {e['progress']}" if e.get("progress") else "")]
+    w = e.get("watch") or {}
+    if e.get("stage") == "watching" and w.get("watched"):
+        seen = w["watched"]
+        out.append(f"  watching {w.get('version')}: {seen['requests']} requests, "
+                   f"{seen['errors']} errors, {seen['deadline_misses']} deadline misses, "
+                   f"p99 {seen['p99_ms']} ms (before: "
+                   f"{(w.get('baseline') or {}).get('p99_ms')} ms) of {w.get('seconds')} s")
+    if e.get("last_refusal"):
+        f = e["last_refusal"]
+        out.append(f"  last refusal ({f['stage']}, {f['reason']}): {f['message']}"[:300])
+    if e.get("last_rollback"):
+        b = e["last_rollback"]
+        out.append(f"  last rollback of {b['version']} ({b['by']}): {b['reason']}"[:300])
+    hist = e.get("history") or []
+    if hist:
+        out.append("  history: " + ", ".join(
+            f"{h.get('version') or h.get('stage', '')} {h['event']}".strip()
+            for h in hist[-5:]))
+    return out
 
 
 def _store_line(s: dict[str, Any]) -> str:
