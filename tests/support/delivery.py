@@ -11,10 +11,8 @@ import functools
 import http.server
 import json
 import shutil
-import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -22,23 +20,21 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from support.daemons import free_port
+from edged.testing.delivery import NoRegistry, keypair
+from edged.testing.delivery import registry as _registry
 from support.paths import MODELS
 
-REGISTRY = shutil.which("docker-registry")
+__all__ = ["compiled", "keypair", "registry", "slow_digits", "web_server"]
 
 
-def keypair(folder: Path, name: str = "publisher") -> tuple[Path, Path]:
-    """An EC P-256 key pair (PEM): the private key and the public key."""
-    from cryptography.hazmat.primitives import serialization as s
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    k = ec.generate_private_key(ec.SECP256R1())
-    key, pub = folder / f"{name}.pem", folder / f"{name}.pub"
-    key.write_bytes(k.private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8, s.NoEncryption()))
-    pub.write_bytes(k.public_key().public_bytes(s.Encoding.PEM,
-                                                s.PublicFormat.SubjectPublicKeyInfo))
-    return key, pub
+@contextlib.contextmanager
+def registry(root: Path) -> Iterator[str]:
+    """The registry of ``edged.testing.delivery``; the test skips where it is absent."""
+    try:
+        with _registry(root) as host:
+            yield host
+    except NoRegistry as e:
+        pytest.skip(str(e))
 
 
 def compiled(folder: Path, top: str = "cnn-fp32", flip_labels: float = 0.0) -> Path:
@@ -122,37 +118,6 @@ def web_server(root: Path) -> Iterator[tuple[str, type[RangeHandler]]]:
     finally:
         srv.shutdown()
         srv.server_close()
-
-
-@contextlib.contextmanager
-def registry(root: Path) -> Iterator[str]:
-    """``docker-registry serve`` on a free loopback port; its ``HOST:PORT``."""
-    if REGISTRY is None:
-        pytest.skip("docker-registry is not installed (Debian package docker-registry; "
-                    ".ci/run installs it)")
-    port = free_port()
-    cfg = root / "registry.yml"
-    cfg.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
-                   f"    rootdirectory: {root / 'registry'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
-    log = (root / "registry.log").open("wb")
-    proc = subprocess.Popen([REGISTRY, "serve", str(cfg)], stdout=log, stderr=log)
-    try:
-        end = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None, (root / "registry.log").read_text()
-            assert time.monotonic() < end, "the registry did not answer /v2/ in 20 s"
-            time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
 
 
 def slow_digits(path: Path, trips: int = 15000) -> Path:
