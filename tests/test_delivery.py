@@ -91,7 +91,8 @@ def daemon_config(w: World) -> Path:
     for m in MODELS_:
         extra = (f'[models.source]\nurl = "{w.url(m)}"\npublic_key = "{w.pub}"\n'
                  f"poll_s = 0\nmax_bytes = 3000000\n" + ("insecure = true\n"
-                                                         if m == "digits_oci" else ""))
+                                                         if m == "digits_oci" else "")
+                 + "[models.rollout]\nshadow_s = 1\n")
         tables.append(model_table(m, [variant("cnn-fp32", MODELS / "cnn-fp32.onnx")],
                                   max_batch_size=8, preprocess=DIGITS_PREPROCESS,
                                   extra=extra))
@@ -284,5 +285,6 @@ def test_under_load_a_promotion_fails_no_request_and_replies_name_the_new_versio
             t.join(30)
     statuses = {s for s, _ in replies}
     assert statuses == {"OK"}, json.dumps([r for r in replies if r[0] != "OK"][:5])
+    assert "shadow" in r["delivery"], r  # shadowed under that load, then promoted
     assert {v for _, v in replies} == {"cnn-fp32@v2", "small-fp32@v4"}
     assert replies[-1][1] == "small-fp32@v4"

@@ -33,6 +33,8 @@ pytest.importorskip("model_signing", reason="delivery needs pip install 'edged[d
 
 
 def make_config(tmp: Path, url: str, pub: Path, rollout: str) -> Path:
+    if "shadow_s" not in rollout:  # no shadow stage unless the test is about it
+        rollout = "shadow_s = 0\n" + rollout
     extra = (f'[models.source]\nurl = "{url}"\npublic_key = "{pub}"\npoll_s = 0\n'
              f"[models.rollout]\n{rollout}")
     table = model_table("digits", [variant("cnn-fp32", MODELS / "cnn-fp32.onnx")],
@@ -61,6 +63,39 @@ def answering(d: Daemon) -> str:
         r = c.infer("digits", tensor(0))
         assert r.ok and int(np.argmax(r.outputs["logits"])) == int(Y[0])
         return str(r.variant)
+
+
+def test_the_shadow_computes_live_requests_again_and_refuses_below_min_agreement(
+        tmp_path: Path, keys: tuple[Path, Path]) -> None:
+    key, pub = keys
+    repo = tmp_path / "repo"
+    cfg = make_config(tmp_path, f"file://{repo}", pub, "shadow_share = 1.0\n"
+                      "shadow_requests = 40\nshadow_s = 30\nmin_agreement = 0.999\n"
+                      "watch_s = 0\n")
+    d = Daemon(cfg, tmp_path)
+    load = Load(d, 2)
+    try:
+        publish(tmp_path, str(repo), key, "v2", compiled(tmp_path / "c2"))
+        r = d.ctl({"op": "pull", "model": "digits"}, timeout=120)
+        assert r["status"] == "OK", r
+        sh = r["delivery"]["shadow"]
+        # the same CNN again: every shadowed request agrees; latency recorded by batch size
+        assert sh["rows"] >= 40 and sh["agreement"] == 1.0 and sh["errors"] == 0, sh
+        assert sh["latency_ms_p50_by_batch"], sh
+        # a smaller model disagrees on some requests: below the floor, refused
+        publish(tmp_path, str(repo), key, "v3", compiled(tmp_path / "c3", top="small-fp32"),
+                accuracy=0.9867)
+        r = d.ctl({"op": "pull", "model": "digits"}, timeout=120)
+        if r["status"] == "OK":  # it agreed on every shadowed request: nothing to refuse
+            assert r["delivery"]["shadow"]["agreement"] == 1.0, r
+        else:
+            assert r["delivery"]["last_refusal"]["reason"] == "agreement", r
+            assert answering(d) == "cnn-fp32@v2"
+        load.end()
+        assert {s for s, _ in load.replies} == {"OK"}
+    finally:
+        load.end()
+        d.stop()
 
 
 class Load:

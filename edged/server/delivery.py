@@ -28,6 +28,7 @@ from edged.config.models import ModelConfig
 from edged.delivery.bundle import MANIFEST, BundleRefused, Manifest, read_manifest
 from edged.delivery.download import Refused, fetch
 from edged.delivery.pipeline import accuracy_gate, check_contract, version_config
+from edged.delivery.shadow import Shadow
 from edged.delivery.sources import SourceError, open_source
 from edged.delivery.store import Version
 from edged.delivery.trust import Trust
@@ -181,6 +182,11 @@ class Deliveries:
         self._entry(mc.name, stage="gating", candidate=manifest.version,
                     progress=f"{manifest.version} ({v.digest[:12]}): contract, accuracy")
         cand = await self._gate(mc, v, manifest)
+        try:
+            await self._shadow(mc, cand, manifest)
+        except BaseException:
+            await cand.close()
+            raise
         self._entry(mc.name, stage="promoting", progress=f"{manifest.version}")
         now = read(st.metrics, mc.name)
         before = self.readings.since(mc.name, mc.rollout.watch_s)
@@ -199,6 +205,40 @@ class Deliveries:
                 "baseline": baseline.to_json() if baseline else None})
             self._watching[mc.name] = asyncio.get_running_loop().create_task(
                 self._watch(mc, v, manifest, baseline))
+
+    async def _shadow(self, mc: ModelConfig, cand: Model, manifest: Manifest) -> None:
+        """A share of live requests also computed by the candidate (``edged.delivery.
+        shadow``) for ``shadow_requests`` rows or ``shadow_s``; refused on its errors, or
+        below ``min_agreement`` when one is set (else agreement is only recorded)."""
+        ro = mc.rollout
+        cur = self.state.registry.find(mc.name)
+        loaded = cand.live.loaded
+        if ro.shadow_s <= 0 or ro.shadow_requests <= 0 or cur is None or not cur.ready \
+                or loaded is None:
+            return
+        self._entry(mc.name, stage="shadowing", progress=f"{manifest.version}: "
+                    f"{ro.shadow_share:.0%} of live requests, up to {ro.shadow_requests} "
+                    f"or {ro.shadow_s:g} s")
+        shadow = Shadow(loaded, ro.shadow_share, ro.shadow_requests)
+        cur.shadow = shadow
+        try:
+            await asyncio.to_thread(shadow.done.wait, ro.shadow_s)
+        finally:
+            cur.shadow = None
+            await asyncio.to_thread(shadow.close)
+        report = shadow.report()
+        self._entry(mc.name, shadow=report)
+        log.info("delivery: model %s %s shadow: %s", mc.name, manifest.version, report)
+        if report["errors"]:
+            raise Refused("shadowing", "errors", f"the new version failed {report['errors']} "
+                          f"shadow batches: {report['first_error']}")
+        agreement = shadow.agreement
+        if ro.min_agreement is not None and agreement is not None \
+                and agreement < ro.min_agreement:
+            raise Refused("shadowing", "agreement",
+                          f"the new version agrees with the live one on {agreement:.1%} of "
+                          f"{shadow.compared} shadowed requests (min_agreement "
+                          f"{ro.min_agreement:.0%})")
 
     def _stop_watch(self, name: str) -> None:
         t = self._watching.pop(name, None)
