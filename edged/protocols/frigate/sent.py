@@ -30,7 +30,12 @@ from edged.errors import EdgedError, InvalidArgument, Unavailable
 from edged.model.contract import Prepared
 from edged.model.model import Model
 from edged.model.request import InputMeta, Request
-from edged.protocols.frigate.model_check import ModelRefused, check_model, model_config
+from edged.protocols.frigate.model_check import (
+    ModelRefused,
+    check_model,
+    labelmap_fit,
+    model_config,
+)
 from edged.protocols.frigate.rung_builds import RungBuilds
 from edged.protocols.frigate.rungs import FrameRing, built, drop_rungs, with_rungs
 from edged.protocols.frigate.store import FrigateModels, StoredModel, atomic_write
@@ -70,6 +75,8 @@ class SentEndpoint:
     pace: Pace | None = None
     #: a refusal is logged once per client and minute, not per message
     log_due: OncePerMinute = field(default_factory=OncePerMinute)
+    #: what the last transfer's answer says of its class ids and Frigate's labelmap
+    ids_note: str = ""
 
     def __post_init__(self) -> None:
         if self.pace is None:
@@ -154,6 +161,10 @@ class SentModels:
                     return data_answer(name, False, False, why)
                 try:
                     checked = await asyncio.to_thread(check_model, blob, e.cfg.model_type)
+                    why_ids, ids_note = labelmap_fit(checked, dict(e.cfg.class_map))
+                    if why_ids:
+                        raise ModelRefused(why_ids)
+                    e.ids_note = ids_note
                 except ModelRefused as exc:
                     self._count(e, "refused_check")
                     if e.log_due(client, "check"):
@@ -214,7 +225,9 @@ class SentModels:
         s = e.served
         log_once(e.logged, e.address, name, f"the model Frigate sent ({s.model_type}, sha256 "
                  f"{s.stored.sha256[:12]}) as edged model {e.cfg.model!r}")
-        return answer(name, flag, True, f"served by edged as {e.cfg.model!r} ({s.model_type})")
+        note = f"; {e.ids_note}" if e.ids_note else ""
+        return answer(name, flag, True, f"served by edged as {e.cfg.model!r} "
+                      f"({s.model_type}){note}")
 
     # -- loading and switching ------------------------------------------------------------
     async def preload(self, e: SentEndpoint) -> None:
