@@ -10,6 +10,7 @@ CNN whose every batch also waits for a Loop (same answers: it passes the accurac
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import threading
@@ -194,7 +195,7 @@ def test_an_operator_promotes_and_rolls_back_by_hand(tmp_path: Path,
         d.stop()
 
 
-@pytest.mark.parametrize("stage", ["downloading", "gating", "watching"])
+@pytest.mark.parametrize("stage", ["downloading", "gating", "shadowing", "watching"])
 def test_a_daemon_killed_at_any_stage_restarts_on_a_whole_version(
         tmp_path: Path, keys: tuple[Path, Path], stage: str) -> None:
     key, pub = keys
@@ -210,6 +211,9 @@ def test_a_daemon_killed_at_any_stage_restarts_on_a_whole_version(
             if stage == "downloading":  # a large file, sent slowly
                 (src / "big.golden.npz").write_bytes(bytes(40 << 20))
                 handler.slow = {"big.golden.npz"}  # type: ignore[attr-defined]
+            if stage == "shadowing":  # no traffic: the shadow waits its shadow_s
+                cfg.write_text(cfg.read_text().replace("shadow_s = 0", "shadow_s = 60"))
+                assert d.ctl({"op": "reload"})["status"] == "OK"
             if stage == "gating":  # a long gate: many validation rows
                 with np.load(src / "validation.npz") as z:
                     x, y = np.tile(z["x"], (5, 1, 1)), np.tile(z["y"], 5)
@@ -229,6 +233,9 @@ def test_a_daemon_killed_at_any_stage_restarts_on_a_whole_version(
         try:
             # one whole version: the old one before the switch, the new one after it
             want = "small-fp32@v3" if stage == "watching" else "cnn-fp32@v2"
+            if stage == "shadowing":
+                cfg.write_text(cfg.read_text().replace("shadow_s = 60", "shadow_s = 0"))
+                assert d.ctl({"op": "reload"})["status"] == "OK"
             assert answering(d) == want
             status = d.ctl({"op": "status"})["delivery"]["digits"]
             assert status["version"] == want.split("@")[1] and status["stage"] == "serving"
@@ -248,3 +255,58 @@ def _quiet_pull(d: Daemon) -> Any:
         return d.ctl({"op": "pull", "model": "digits"}, timeout=120)
     except Exception:  # the daemon is killed under it
         return None
+
+
+def test_the_disk_filling_up_during_a_download_is_refused_and_the_old_version_serves(
+        tmp_path: Path, keys: tuple[Path, Path]) -> None:
+    """The state directory on a small tmpfs of its own; another writer fills it while a
+    version downloads (slowly): ENOSPC is a refusal with its reason, the partial download
+    goes, the old version serves on, and once there is room the same version arrives."""
+    import subprocess
+
+    key, pub = keys
+    state = tmp_path / "state"
+    state.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(state)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root): the disk cannot be filled "
+                    "without filling the machine's")
+    www = tmp_path / "www"
+    www.mkdir()
+    try:
+        with web_server(www) as (url, handler):
+            d = Daemon(make_config(tmp_path, url, pub, "watch_s = 0\n"), tmp_path)
+            try:
+                src = compiled(tmp_path / "c2")
+                (src / "big.golden.npz").write_bytes(bytes(12 << 20))
+                handler.slow = {"big.golden.npz"}  # type: ignore[attr-defined]
+                publish(tmp_path, str(www), key, "v2", src)
+                out: list[Any] = []
+                t = threading.Thread(target=lambda: out.append(_quiet_pull(d)))
+                t.start()
+                end = time.monotonic() + 60
+                while "big.golden.npz" not in str(
+                        d.ctl({"op": "status"})["delivery"]["digits"].get("progress")):
+                    assert time.monotonic() < end, d.log_tail()
+                    time.sleep(0.02)
+                filler = state / "filler"
+                with filler.open("wb") as f:  # another writer takes the rest of the disk
+                    with contextlib.suppress(OSError):
+                        while True:
+                            f.write(bytes(1 << 20))
+                t.join(120)
+                r = out[0]
+                assert r["status"] != "OK", r
+                last = r["delivery"]["last_refusal"]
+                assert (last["stage"], last["reason"]) == ("downloading", "disk_full"), last
+                assert answering(d) == "cnn-fp32"  # the old version serves on
+                assert not list((state / "store" / "incoming").glob("*/*"))
+                filler.unlink()
+                handler.slow = set()  # type: ignore[attr-defined]
+                r = d.ctl({"op": "pull", "model": "digits"}, timeout=120)
+                assert r["status"] == "OK", r
+                assert answering(d) == "cnn-fp32@v2"
+            finally:
+                d.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)

@@ -78,6 +78,14 @@ class Deliveries:
                             stage=f"waiting for a first version from {m.source.url}")
         return out
 
+    def current_config(self, m: ModelConfig) -> ModelConfig | None:
+        """The config model ``m`` loads with now (a reload): a delivered model's serving
+        version, else its configured variants, else None (it waits for a version)."""
+        if m.source is None:
+            return m
+        stored = self._stored_config(m, quiet=True)
+        return stored if stored is not None else (m if m.variants else None)
+
     def _warn_unsigned(self, m: ModelConfig) -> None:
         assert m.source is not None
         if m.source.allow_unsigned:
@@ -85,7 +93,7 @@ class Deliveries:
                         "signature (allow_unsigned = true); anyone who can write there "
                         "decides what this device runs", m.name, m.source.url)
 
-    def _stored_config(self, m: ModelConfig) -> ModelConfig | None:
+    def _stored_config(self, m: ModelConfig, quiet: bool = False) -> ModelConfig | None:
         store = self.state.store
         if store is None:
             return None
@@ -101,7 +109,8 @@ class Deliveries:
                 continue
             if v.digest != (store.serving(m.name) or v).digest:
                 log.warning("delivery: model %s serves its fallback %s", m.name, v.name)
-            self._served(m.name, v, manifest, "restored")
+            if not quiet:
+                self._served(m.name, v, manifest, "restored")
             return mc
         return None
 

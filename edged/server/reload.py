@@ -9,6 +9,7 @@ unchanged models keep serving untouched; anything invalid keeps the old config w
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 import logging
 import time
 from dataclasses import dataclass
@@ -75,6 +76,10 @@ class Reloader:
         self.state = state
         self.governing = governing
         self._lock = asyncio.Lock()
+        #: the config a model is loaded with: a delivered model's is the version its store
+        #: pointer names (``edged.server.delivery``), not its configured variants; None:
+        #: nothing to load yet
+        self.resolve: Callable[[ModelConfig], ModelConfig | None] = lambda mc: mc
 
     async def reload(self) -> dict[str, Any]:
         """Re-read the config; keep serving on the old one if the new one is invalid."""
@@ -128,7 +133,7 @@ class Reloader:
         st = self.state
         staged: dict[str, Model] = {}
         errors = []
-        for mc in models:
+        for mc in [r for r in map(self.resolve, models) if r is not None]:
             m = st.registry.create(mc, new.server)
             try:
                 await m.load(self.governing.index_for(m))
