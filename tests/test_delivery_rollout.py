@@ -290,10 +290,10 @@ def test_the_disk_filling_up_during_a_download_is_refused_and_the_old_version_se
                     assert time.monotonic() < end, d.log_tail()
                     time.sleep(0.02)
                 filler = state / "filler"
-                with filler.open("wb") as f:  # another writer takes the rest of the disk
-                    with contextlib.suppress(OSError):
-                        while True:
-                            f.write(bytes(1 << 20))
+                # another writer takes the rest of the disk
+                with filler.open("wb") as f, contextlib.suppress(OSError):
+                    while True:
+                        f.write(bytes(1 << 20))
                 t.join(120)
                 r = out[0]
                 assert r["status"] != "OK", r

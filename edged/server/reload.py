@@ -9,9 +9,9 @@ unchanged models keep serving untouched; anything invalid keeps the old config w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
