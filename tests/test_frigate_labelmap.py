@@ -8,6 +8,7 @@ the labelmap dropped from its replies.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,59 @@ path = "unused"
         assert "mapped by class_map" in f.events.answers[-1]["message"]
         r = f.detect_raw(np.zeros(g.shape, g.dtype))
         assert np.allclose(r[0], g.want, atol=1e-3)
+        f.close()
+    finally:
+        d.stop()
+
+
+def test_a_sent_model_that_regresses_is_rolled_back_and_never_served_again(
+        tmp_path: Path) -> None:
+    """Frigate's transfer takes the delivery pipeline's watch window: a new model that
+    misses its deadlines on every frame is replaced by the one it replaced, and the same
+    bytes sent again are refused with the reason."""
+    from test_frigate_loading import slow_detector
+
+    port = free_port()
+    cfg = tmp_path / "edged.toml"
+    cfg.write_text(f"""
+[server]
+drain_timeout_s = 1.0
+state_dir = "{tmp_path / 'state'}"
+[[server.frigate]]
+endpoint = "tcp://127.0.0.1:{port}"
+accept_models = true
+int8_rung = false
+timeout_ms = 100
+[metrics]
+listen = "off"
+[[models]]
+name = "unused"
+[[models.variants]]
+name = "v"
+backend = "null"
+path = "unused"
+""")
+    good = slow_detector(tmp_path / "good.onnx", 10).read_bytes()
+    slow = slow_detector(tmp_path / "slow.onnx", 400_000).read_bytes()
+    frame = np.zeros((1, 300, 300, 3), np.uint8)
+    url = f"tcp://127.0.0.1:{port}"
+    d = Daemon(cfg, tmp_path)
+    try:
+        f = FrigateDetector(url, "/config/good.onnx", "ssd", 20000, model_bytes=good)
+        assert f.ready and f.detect_raw(frame)[0, 1] > 0.5
+        f.close()
+        f = FrigateDetector(url, "/config/slow.onnx", "ssd", 20000, model_bytes=slow)
+        assert f.ready
+        end = time.monotonic() + 60
+        while "regressed in its watch window" not in d.log():
+            assert time.monotonic() < end, d.log_tail()
+            f.detect_raw(frame)  # zeros: past the 100 ms deadline
+        f.close()
+        f = FrigateDetector(url, "/config/good.onnx", "ssd", 20000, model_bytes=good)
+        assert f.ready and f.events.transfers == 0 and f.detect_raw(frame)[0, 1] > 0.5
+        f.close()
+        f = FrigateDetector(url, "/config/slow.onnx", "ssd", 20000, model_bytes=slow)
+        assert not f.ready and "rolled back here" in f.events.answers[-1]["message"]
         f.close()
     finally:
         d.stop()

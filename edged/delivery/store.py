@@ -552,6 +552,8 @@ class VersionStore:
             m = self._model(model)
             if m["serving"] == digest:
                 m["serving"], m["fallback"] = m["fallback"], None
+            elif m["fallback"] == digest:
+                m["fallback"] = None
             if never:
                 m["never"][digest] = {"reason": reason, "source": source,
                                       "at": round(time.time(), 1)}

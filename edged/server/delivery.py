@@ -32,10 +32,10 @@ from edged.delivery.shadow import Shadow
 from edged.delivery.sources import SourceError, open_source
 from edged.delivery.store import Version
 from edged.delivery.trust import Trust
+from edged.delivery.watch import Readings, Window, judge, read, window
 from edged.errors import NotFound, Unavailable
 from edged.model.model import Model
 from edged.server.state import ServerState
-from edged.server.watch import Readings, Window, judge, read, window
 
 log = logging.getLogger("edged.delivery")
 

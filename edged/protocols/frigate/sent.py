@@ -24,8 +24,10 @@ import numpy as np
 
 from edged.config.frigate import FrigateConfig
 from edged.config.layouts import normalize_type
+from edged.config.rollout import RolloutConfig
 from edged.delivery.pace import OncePerMinute, Pace, peer_key
 from edged.delivery.store import StoreFull, VersionStore, open_store
+from edged.delivery.watch import judge, read, window
 from edged.errors import EdgedError, InvalidArgument, Unavailable
 from edged.model.contract import Prepared
 from edged.model.model import Model
@@ -122,6 +124,8 @@ class SentModels:
             if self._serving(e, name):
                 return self._ready(e, name, request_answer, True)
             stored = await asyncio.to_thread(self.models(e).get, name)
+            if stored is not None and self.models(e).never_again(stored.sha256):
+                stored = None  # rolled back here: Frigate's transfer is answered why
             if stored is None:
                 refused = self.transfer_refused(e)
                 return request_answer(name, False, False, refused or (
@@ -151,6 +155,11 @@ class SentModels:
         client = peer_key(peer)
         models = self.models(e)
         async with e.lock:
+            never = await asyncio.to_thread(models.never_again, sha)
+            if never:
+                self._count(e, "refused_rolled_back")
+                return data_answer(name, False, False, f"edged refused {name!r}: these bytes "
+                                   f"were rolled back here ({never}); send a fixed model")
             known = await asyncio.to_thread(models.by_digest, sha)
             if known is not None:  # the same bytes (maybe under another name): no new file
                 self._count(e, "same")
@@ -179,7 +188,11 @@ class SentModels:
                 self._count(e, "stored")
                 log.info("frigate %s: stored model %r (%s, %d bytes, sha256 %s)", e.address,
                          name, checked.model_type, size, stored.sha256[:12])
+            before = e.served.stored.sha256 if e.served is not None else None
             err = await self._serve(e, stored)
+            if err is None and before not in (None, stored.sha256):
+                # a new model replaced one that served: watched, as every delivered version
+                self.state.spawn(self._watch(e, stored))
         if err:
             return data_answer(name, True, False, err)
         return self._ready(e, name, data_answer, True)
@@ -350,6 +363,37 @@ class SentModels:
         drop_rungs(s.stored.path, why)
         models.grew(s.stored)
         return why
+
+    async def _watch(self, e: SentEndpoint, stored: StoredModel) -> None:
+        """The watch window of ``edged.delivery.watch`` after a new model replaced one:
+        errors or deadline misses above ``[models.rollout]``'s defaults roll it back to the
+        model it replaced, which is never served again here."""
+        cfg = RolloutConfig()
+        metrics, name = self.state.metrics, e.cfg.model
+        start = read(metrics, name)
+        end = start.at + cfg.watch_s
+        while True:
+            await asyncio.sleep(1.0)
+            if e.served is None or e.served.stored.sha256 != stored.sha256:
+                return  # replaced meanwhile: its own watch decides
+            why = judge(window(start, read(metrics, name)), None, cfg)
+            if why is not None:
+                break
+            if read(metrics, name).at >= end:
+                return
+        async with e.lock:
+            models = self.models(e)
+            fb = await asyncio.to_thread(models.fallback)
+            if e.served is None or e.served.stored.sha256 != stored.sha256 or fb is None:
+                return
+            log.error("frigate %s: model %r regressed in its watch window: %s; serving %r "
+                      "again (the regressed model is never served here again)", e.address,
+                      stored.name, why, fb.name)
+            err = await self._switch(e, fb)
+            await asyncio.to_thread(models.rolled_back, stored, why)
+        metrics.model_updates.labels(name, "rolled_back", why.split(":", 1)[0]).inc()
+        if err:
+            log.error("frigate %s: rolling back to %r failed: %s", e.address, fb.name, err)
 
     # -- the inference side ----------------------------------------------------------------
     def prepare(self, e: SentEndpoint, model: Model, req: FrigateRequest,

@@ -80,6 +80,18 @@ class FrigateModels:
         v = self.store.serving(self.model)
         return _stored(v) if v is not None and _stored(v).path.is_file() else None
 
+    def fallback(self) -> StoredModel | None:
+        """The version the endpoint served before the one it serves."""
+        v = self.store.fallback(self.model)
+        return _stored(v) if v is not None and _stored(v).path.is_file() else None
+
+    def never_again(self, sha256: str) -> str | None:
+        """Why these bytes are never served again here (they were rolled back), or None."""
+        return self.store.never_again(self.model, sha256)
+
+    def rolled_back(self, stored: StoredModel, why: str) -> None:
+        self.store.demote(self.model, stored.sha256, why, never=True, source="frigate")
+
     def admit(self, sha256: str, size: int) -> None:
         """``StoreFull`` when a new file of ``size`` bytes cannot fit the store's bounds."""
         self.store.admit(self.model, sha256, size)
