@@ -42,7 +42,7 @@ class FrigateConfig:
     max_model_bytes: int = 256 << 20
     #: the Frigate model_type a sent model must fit (None: whichever type its graph fits)
     model_type: str | None = None
-    #: build an INT8 rung for a sent model in the background (edged.protocols.frigate.rungs)
+    #: build an INT8 rung for a sent model in the background (edged.delivery.rungs)
     int8_rung: bool = True
     #: frames Frigate sent that the rung is calibrated (3/4) and checked (1/4) on
     int8_frames: int = 48

@@ -254,7 +254,7 @@ def _adapt(model: Any, sizes_input: str | None, hw: tuple[int, int],
 def model_config(name: str, variant: str, path: Path, checked: CheckedModel,
                  color: str, max_batch_size: int = 4) -> Any:
     """The registry's ``ModelConfig`` for a checked model stored at ``path``: its one
-    fp32 variant (``edged.protocols.frigate.rungs.with_rungs`` adds the rungs built for it)."""
+    fp32 variant (``edged.delivery.rungs.with_rungs`` adds the rungs built for it)."""
     from edged.config.models import ModelConfig, VariantConfig
     from edged.config.runtimes import OnnxRuntimeOptions
 

@@ -26,6 +26,8 @@ from edged.config.frigate import FrigateConfig
 from edged.config.layouts import normalize_type
 from edged.config.rollout import RolloutConfig
 from edged.delivery.pace import OncePerMinute, Pace, peer_key
+from edged.delivery.rung_builds import RungBuilds
+from edged.delivery.rungs import FrameRing, built, drop_rungs, with_rungs
 from edged.delivery.store import StoreFull, VersionStore, open_store
 from edged.delivery.watch import judge, read, window
 from edged.errors import EdgedError, InvalidArgument, Unavailable
@@ -38,8 +40,6 @@ from edged.protocols.frigate.model_check import (
     labelmap_fit,
     model_config,
 )
-from edged.protocols.frigate.rung_builds import RungBuilds
-from edged.protocols.frigate.rungs import FrameRing, built, drop_rungs, with_rungs
 from edged.protocols.frigate.store import FrigateModels, StoredModel, atomic_write
 from edged.protocols.frigate.wire import FrigateRequest, data_answer, request_answer
 from edged.protocols.serving import Serving
@@ -94,7 +94,7 @@ def log_once(logged: set[str], address: str, name: str, what: str) -> None:
 class SentModels:
     def __init__(self, state: Serving) -> None:
         self.state = state
-        self.rungs = RungBuilds(state)
+        self.rungs = RungBuilds()
 
     @property
     def store(self) -> VersionStore:
@@ -439,9 +439,12 @@ class SentModels:
         sent.ring.add(next(iter(feeds.values())))
         if sent.ring.full:
             sent.rung_started = True
-            self.state.spawn(self.rungs.build(e.address, sent.path, sent.model_type,
-                                              e.cfg.input_pixel_format, sent.ring,
-                                              lambda: self._offer_rung(e)))
+            ring = sent.ring
+            self.state.spawn(self.rungs.build(
+                e.address, f"frigate {e.address}", sent.path,
+                ["edged.protocols.frigate.build_rungs", "--model-type", sent.model_type,
+                 "--color", e.cfg.input_pixel_format], ring.save, len(ring),
+                "frames Frigate sent", lambda: self._offer_rung(e)))
 
 
 async def _retire(m: Model) -> None:
