@@ -92,7 +92,7 @@ def daemon_config(w: World) -> Path:
         extra = (f'[models.source]\nurl = "{w.url(m)}"\npublic_key = "{w.pub}"\n'
                  f"poll_s = 0\nmax_bytes = 3000000\n" + ("insecure = true\n"
                                                          if m == "digits_oci" else "")
-                 + "[models.rollout]\nshadow_s = 1\n")
+                 + "[models.rollout]\nshadow_s = 1\nbuild_rungs = false\n")
         tables.append(model_table(m, [variant("cnn-fp32", MODELS / "cnn-fp32.onnx")],
                                   max_batch_size=8, preprocess=DIGITS_PREPROCESS,
                                   extra=extra))

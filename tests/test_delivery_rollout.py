@@ -36,6 +36,8 @@ pytest.importorskip("model_signing", reason="delivery needs pip install 'edged[d
 def make_config(tmp: Path, url: str, pub: Path, rollout: str) -> Path:
     if "shadow_s" not in rollout:  # no shadow stage unless the test is about it
         rollout = "shadow_s = 0\n" + rollout
+    if "build_rungs" not in rollout:  # nor rungs built here
+        rollout = "build_rungs = false\n" + rollout
     extra = (f'[models.source]\nurl = "{url}"\npublic_key = "{pub}"\npoll_s = 0\n'
              f"[models.rollout]\n{rollout}")
     table = model_table("digits", [variant("cnn-fp32", MODELS / "cnn-fp32.onnx")],
@@ -96,6 +98,32 @@ def test_the_shadow_computes_live_requests_again_and_refuses_below_min_agreement
         assert {s for s, _ in load.replies} == {"OK"}
     finally:
         load.end()
+        d.stop()
+
+
+def test_a_version_without_rungs_gets_them_built_here_and_served_on_its_ladder(
+        tmp_path: Path, keys: tuple[Path, Path]) -> None:
+    key, pub = keys
+    repo = tmp_path / "repo"
+    d = Daemon(make_config(tmp_path, f"file://{repo}", pub,
+                           "build_rungs = true\nwatch_s = 0\n"), tmp_path)
+    try:
+        publish(tmp_path, str(repo), key, "v2", compiled(tmp_path / "c2", rungs=False))
+        r = d.ctl({"op": "pull", "model": "digits"}, timeout=300)
+        assert r["status"] == "OK", r
+        rungs = r["delivery"]["rungs"]
+        assert rungs["state"] == "offered" and rungs["ladder"][:2] == ["fp32", "int8"], rungs
+        (m,) = d.ctl({"op": "models"})["models"]
+        assert m["variants"][:2] == ["cnn-fp32@v2", "cnn-fp32-int8@v2"], m["variants"]
+        version = next((tmp_path / "state" / "store" / "versions").iterdir())
+        assert (version / "cnn-fp32.int8.onnx").is_file()
+        assert (version / "cnn-fp32.ladder.json").is_file()
+        # the governor's ladder is the version's: the rung is checked and swapped to
+        s = d.ctl({"op": "swap", "model": "digits", "variant": "cnn-fp32-int8@v2"})
+        assert s["status"] == "OK", s
+        assert answering(d) == "cnn-fp32-int8@v2"
+        assert "building rungs" in d.log() and "nice 19" in d.log()
+    finally:
         d.stop()
 
 

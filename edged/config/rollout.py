@@ -19,6 +19,9 @@ def _fraction(v: float) -> str | None:
 
 @dataclass(frozen=True)
 class RolloutConfig:
+    #: a version whose ladder is one fp32 ONNX model gets rungs built here (INT8, and
+    #: OpenVINO's when installed), at the lowest priority, before its gate
+    build_rungs: bool = True
     #: shadow: this share of live requests is also computed by the candidate (after the
     #: live reply, with idle CPU only), for at most ``shadow_requests`` or ``shadow_s``
     shadow_share: float = 0.2
@@ -40,6 +43,7 @@ class RolloutConfig:
 def read_rollout(t: Table) -> RolloutConfig:
     d = RolloutConfig()
     cfg = RolloutConfig(
+        build_rungs=t.get("build_rungs", bool, d.build_rungs),
         shadow_share=t.get("shadow_share", float, d.shadow_share, check=_fraction),
         shadow_requests=t.get("shadow_requests", int, d.shadow_requests, check=non_negative),
         shadow_s=t.get("shadow_s", float, d.shadow_s, check=non_negative),

@@ -20,6 +20,7 @@ accuracy), and this device's runtime is not the publisher's. Each check raises `
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -32,7 +33,10 @@ from edged.config.models import ModelConfig, VariantConfig, _variant
 from edged.config.schema import Table
 from edged.delivery.bundle import Manifest
 from edged.delivery.download import Refused
+from edged.delivery.rungs import built, openvino_missing, with_rungs
 from edged.delivery.store import Version
+
+log = logging.getLogger("edged.delivery")
 
 #: the accuracy gate: at most this many points below what the bundle claims
 MAX_DROP_POINTS = 2.0
@@ -68,11 +72,52 @@ def version_config(base: ModelConfig, version: Version, manifest: Manifest) -> M
             problems.append(f"{ladder.name}: models.variants[{i}].path: {v.path.name} is "
                             "not a file of the bundle")
             continue
-        variants.append(replace(v, name=f"{v.name}@{manifest.version}"))
+        why = cannot_run(v)
+        if why:  # a rung for another device (a TensorRT plan on a CPU): not opened here
+            log.info("delivery: %s %s: variant %s is not opened on this device: %s",
+                     base.name, manifest.version, v.name, why)
+            continue
+        variants.append(v)
     if problems or not variants:
         raise Refused("verifying", "ladder", "; ".join(problems) or
-                      f"{ladder.name}: no usable variant")
-    return replace(base, variants=tuple(variants))
+                      f"{ladder.name}: no variant this device can run")
+    mc = replace(base, variants=tuple(variants))
+    if len(variants) == 1:  # rungs built here before (edged.delivery.rungs), if any
+        mc = with_rungs(mc, variants[0].path)
+    return replace(mc, variants=tuple(replace(v, name=f"{v.name}@{manifest.version}")
+                                      for v in mc.variants))
+
+
+def cannot_run(v: VariantConfig) -> str | None:
+    """Why this device cannot open variant ``v`` (its runtime is not installed), or None."""
+    import importlib.util
+
+    if v.backend == "openvino":
+        return openvino_missing()
+    module = {"tvm": "tvm", "tensorrt": "tensorrt"}.get(v.backend)
+    if module is not None and importlib.util.find_spec(module) is None:
+        return f"{v.backend} is not installed"
+    return None
+
+
+def needs_rungs(mc: ModelConfig) -> bool:
+    """A version whose ladder is one fp32 ONNX model with no rung built for it here."""
+    if len(mc.variants) != 1:
+        return False
+    v = mc.variants[0]
+    return (v.backend == "onnxruntime" and v.path.suffix == ".onnx"
+            and (v.precision or "fp32") == "fp32" and not built(v.path))
+
+
+def rung_frames(mc: ModelConfig, version: Version, manifest: Manifest, preprocessor: Any,
+                count: int = 48) -> np.ndarray:
+    """The first ``count`` rows of the bundle's validation set as the model's input
+    tensors: what its rungs are calibrated (3/4) and checked (1/4) on."""
+    x, _ = _validation(version.path / manifest.validation)
+    x = x[:count]
+    if preprocessor is not None and x.dtype == np.uint8:
+        return np.concatenate([preprocessor.from_frame(r) for r in x])
+    return np.ascontiguousarray(x)
 
 
 def _fits(want: TensorSpec, got: TensorSpec) -> bool:

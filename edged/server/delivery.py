@@ -24,10 +24,20 @@ import logging
 import time
 from typing import Any
 
+import numpy as np
+
 from edged.config.models import ModelConfig
 from edged.delivery.bundle import MANIFEST, BundleRefused, Manifest, read_manifest
 from edged.delivery.download import Refused, fetch
-from edged.delivery.pipeline import accuracy_gate, check_contract, version_config
+from edged.delivery.pipeline import (
+    accuracy_gate,
+    check_contract,
+    needs_rungs,
+    rung_frames,
+    version_config,
+)
+from edged.delivery.rung_builds import RungBuilds
+from edged.delivery.rungs import drop_rungs
 from edged.delivery.shadow import Shadow
 from edged.delivery.sources import SourceError, open_source
 from edged.delivery.store import Version
@@ -35,6 +45,7 @@ from edged.delivery.trust import Trust
 from edged.delivery.watch import Readings, Window, judge, read, window
 from edged.errors import NotFound, Unavailable
 from edged.model.model import Model
+from edged.preprocess.preprocessor import Preprocessor
 from edged.server.state import ServerState
 
 log = logging.getLogger("edged.delivery")
@@ -51,6 +62,8 @@ class Deliveries:
         self.entries: dict[str, dict[str, Any]] = {}
         #: one reading a second of each delivered model (the watch's baselines)
         self.readings = Readings()
+        #: versions' rung builds (the same build as a model Frigate sent)
+        self.rungs = RungBuilds()
         self._watching: dict[str, asyncio.Task[Any]] = {}
 
     # -- which models, and what they serve at start --------------------------------------
@@ -188,6 +201,8 @@ class Deliveries:
         st = self.state
         assert st.store is not None
         self._stop_watch(mc.name)
+        if mc.rollout.build_rungs and needs_rungs(version_config(mc, v, manifest)):
+            await self._build_rungs(mc, v, manifest)
         self._entry(mc.name, stage="gating", candidate=manifest.version,
                     progress=f"{manifest.version} ({v.digest[:12]}): contract, accuracy")
         cand = await self._gate(mc, v, manifest)
@@ -214,6 +229,32 @@ class Deliveries:
                 "baseline": baseline.to_json() if baseline else None})
             self._watching[mc.name] = asyncio.get_running_loop().create_task(
                 self._watch(mc, v, manifest, baseline))
+
+    async def _build_rungs(self, mc: ModelConfig, v: Version, manifest: Manifest) -> None:
+        """The version's rungs, built here from its validation rows by the same build as a
+        model Frigate sent (``edged.delivery.build_rungs``, nice 19, one core); a build
+        that finds none leaves the version with its one variant."""
+        st = self.state
+        assert st.store is not None
+        top = version_config(mc, v, manifest).variants[0]
+        self._entry(mc.name, stage="building rungs", progress=f"{manifest.version}: INT8 "
+                    "(and OpenVINO's where installed) from its validation rows")
+        pre = Preprocessor(mc.preprocess) if mc.preprocess else None
+        frames = await asyncio.to_thread(rung_frames, mc, v, manifest, pre)
+        entry = await self.rungs.build(
+            mc.name, f"delivery: model {mc.name} {manifest.version}", top.path,
+            ["edged.delivery.build_rungs", "--config", str(st.config.file), "--model",
+             mc.name], lambda p: np.savez(p, frames=frames), len(frames),
+            f"rows of {manifest.validation}")
+        await asyncio.to_thread(st.store.refresh, v.digest)
+        if st.store.over_quota():
+            why = (f"the rungs would put the model store over its quota ([server] "
+                   f"max_store_bytes = {st.store.max_bytes}); they were removed")
+            await asyncio.to_thread(drop_rungs, top.path, why)
+            await asyncio.to_thread(st.store.refresh, v.digest)
+            entry = {**entry, "state": "refused", "error": why}
+        self._entry(mc.name, rungs={k: entry.get(k) for k in ("state", "ladder", "progress",
+                                                              "build_s")})
 
     async def _shadow(self, mc: ModelConfig, cand: Model, manifest: Manifest) -> None:
         """A share of live requests also computed by the candidate (``edged.delivery.

@@ -37,13 +37,14 @@ def registry(root: Path) -> Iterator[str]:
         pytest.skip(str(e))
 
 
-def compiled(folder: Path, top: str = "cnn-fp32", flip_labels: float = 0.0) -> Path:
+def compiled(folder: Path, top: str = "cnn-fp32", flip_labels: float = 0.0,
+             rungs: bool = True) -> Path:
     """What ``edged compile`` wrote for the digits model: ``top`` (and the INT8 rung below
-    it when ``top`` is cnn-fp32) with their golden files, ``variants.toml``, the contract
-    and the validation set; ``flip_labels`` of the labels are changed (a validation set
-    the model is that much less accurate on)."""
+    it when ``top`` is cnn-fp32, unless ``rungs`` is false) with their golden files,
+    ``variants.toml``, the contract and the validation set; ``flip_labels`` of the labels
+    are changed (a validation set the model is that much less accurate on)."""
     folder.mkdir(parents=True)
-    ladder = [top] + (["cnn-int8"] if top == "cnn-fp32" else [])
+    ladder = [top] + (["cnn-int8"] if top == "cnn-fp32" and rungs else [])
     lines = []
     for name in ladder:
         for suffix in (".onnx", ".onnx.golden.npz"):
