@@ -186,6 +186,25 @@ def test_store_is_content_addressed_atomic_and_survives_a_damaged_index(tmp_path
     assert not list(root.rglob("*.tmp"))
 
 
+def test_a_model_stored_before_the_one_store_is_adopted_with_its_rungs(tmp_path: Path
+                                                                      ) -> None:
+    data = fg.yolox().data
+    sha = hashlib.sha256(data).hexdigest()
+    old = tmp_path / "frigate"
+    (old / "models").mkdir(parents=True)
+    (old / "models" / f"{sha}.onnx").write_bytes(data)
+    (old / "models" / f"{sha}.int8.onnx").write_bytes(b"rung")
+    (old / "index.json").write_text(json.dumps({
+        "names": {"yolox.onnx": {"sha256": sha, "model_type": "yolox"}},
+        "endpoints": {"ipc://f.sock": "yolox.onnx"}}))
+    s = FrigateModels(VersionStore(tmp_path / "store"), "frigate@ipc://f.sock")
+    got = s.adopt_legacy(tmp_path, "ipc://f.sock")
+    assert got is not None and got.model_type == "yolox" and s.last_served() == got
+    assert (got.path.parent / f"{sha}.int8.onnx").read_bytes() == b"rung"
+    assert not list((old / "models").iterdir())  # moved, not copied
+    assert s.adopt_legacy(tmp_path, "ipc://other.sock") is None
+
+
 @pytest.mark.parametrize("name,ok", [("yolov9-t-320.onnx", True), ("plus_abc123", True),
                                      ("../x.onnx", False), ("a/b.onnx", False), ("", False),
                                      (".hidden", False), (5, False), ("x" * 201, False)])

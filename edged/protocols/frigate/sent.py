@@ -28,7 +28,7 @@ from edged.config.rollout import RolloutConfig
 from edged.delivery.pace import OncePerMinute, Pace, peer_key
 from edged.delivery.rung_builds import RungBuilds
 from edged.delivery.rungs import FrameRing, built, drop_rungs, with_rungs
-from edged.delivery.store import StoreFull, VersionStore, open_store
+from edged.delivery.store import StoreFull, VersionStore, default_state_dir, open_store
 from edged.delivery.watch import judge, read, window
 from edged.errors import EdgedError, InvalidArgument, Unavailable
 from edged.model.contract import Prepared
@@ -247,6 +247,10 @@ class SentModels:
         """At start: serve what this endpoint served before the restart."""
         try:
             stored = await asyncio.to_thread(self.models(e).last_served)
+            if stored is None:  # a device upgraded from the store before the one store
+                stored = await asyncio.to_thread(
+                    self.models(e).adopt_legacy,
+                    self.state.config.server.state_dir or default_state_dir(), e.address)
         except OSError as exc:
             log.error("frigate %s: model store unreadable: %s", e.address, exc)
             return

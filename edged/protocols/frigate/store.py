@@ -12,6 +12,8 @@ beside it), named by the basename Frigate sent, of the endpoint's model
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,6 +119,34 @@ class FrigateModels:
         """The endpoint serves ``stored`` now (for the next start; what served before is
         its fallback, kept by the store's bounds)."""
         self.store.promote(self.model, stored.sha256)
+
+    def adopt_legacy(self, state_dir: Path, address: str) -> StoredModel | None:
+        """The model this endpoint served under the store of edged before the one store
+        (``STATE_DIR/frigate/index.json`` + ``models/<sha256>.onnx``): moved into this
+        store, with the rungs built beside it, so an upgraded device serves it again
+        without a transfer. None when there is none (blocking)."""
+        old = state_dir / "frigate"
+        try:
+            index = json.loads((old / "index.json").read_text())
+            name = index["endpoints"][address]
+            entry = index["names"][name]
+            sha, model_type = str(entry["sha256"]), str(entry.get("model_type", ""))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        src = old / "models" / f"{sha}{SUFFIX}"
+        if check_name(name) or not re.fullmatch(r"[0-9a-f]{64}", sha) or not src.is_file():
+            return None
+        data = src.read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha:
+            return None
+        stored = self.put(name, data, sha, model_type)
+        for p in (old / "models").glob(f"{sha}.*"):
+            if p.name != src.name and p.is_file():
+                os.replace(p, stored.path.parent / p.name)
+        src.unlink()
+        self.served(stored)
+        self.grew(stored)
+        return stored
 
     def grew(self, stored: StoredModel) -> None:
         """Rungs were written beside the model: counted, and the bounds enforced."""
