@@ -127,6 +127,54 @@ def test_a_version_without_rungs_gets_them_built_here_and_served_on_its_ladder(
         d.stop()
 
 
+def test_a_detector_version_is_gated_on_map_of_its_own_labelled_images(
+        tmp_path: Path, keys: tuple[Path, Path]) -> None:
+    """The trained digits detector as a delivered version: its bundle claims mAP@0.5 on its
+    labelled scenes; the device measures it with ``edged compile``'s detection check; a
+    claim 5 points above what it measures is refused."""
+    from support.paths import ROOT
+    from support.digits import run_edged
+
+    key, pub = keys
+    det = ROOT / "models" / "digits-det"
+    src = tmp_path / "det"
+    src.mkdir()
+    for f in ("det-fp32.onnx", "det-fp32.onnx.golden.npz"):
+        shutil.copy(det / f, src / f)
+    (src / "variants.toml").write_text('[[models.variants]]\nname = "det-fp32"\n'
+                                       'backend = "onnxruntime"\npath = "det-fp32.onnx"\n')
+    shutil.copy(det / "model.json", src / "model.json")
+    repo = tmp_path / "repo"
+    extra = (f'[models.source]\nurl = "file://{repo}"\npublic_key = "{pub}"\npoll_s = 0\n'
+             "[models.rollout]\nshadow_s = 0\nwatch_s = 0\nbuild_rungs = false\n")
+    table = model_table(
+        "det", [], max_batch_size=8, extra=extra,
+        preprocess={"color": "rgb", "width": 160, "height": 160, "scale": 1 / 255,
+                    "layout": "NCHW", "dtype": "float32"},
+        postprocess={"kind": "detect", "decoder": "yolov8", "resize": "letterbox",
+                     "conf": 0.25, "iou": 0.5})
+    cfg = config(tmp_path, models=[table],
+                 server=f'drain_timeout_s = 2.0\nstate_dir = "{tmp_path / "state"}"\n')
+    d = Daemon(cfg, tmp_path)
+    try:
+        assert d.ctl({"op": "status"})["delivery"]["det"]["stage"].startswith("waiting")
+        for version, claim in (("v1", None), ("v2", "0.97")):
+            args = ["publish", str(src), "--to", str(repo), "--sign", str(key), "--model",
+                    "det", "--version", version, "--validation", str(det / "val.npz")]
+            out = run_edged(*args, *(["--accuracy", claim] if claim else []))
+            assert out.returncode == 0, out.stderr
+        r = d.ctl({"op": "pull", "model": "det", "version": "v1"}, timeout=300)
+        assert r["status"] == "OK", r
+        gate = r["delivery"]["gate"]
+        assert abs(gate["accuracy_pct"] - 91.77) < 2.0 and gate["claimed_pct"] == 91.77, gate
+        r = d.ctl({"op": "pull", "model": "det", "version": "v2"}, timeout=300)
+        assert r["delivery"]["last_refusal"]["reason"] == "accuracy", r
+        assert "mAP@0.5" in r["delivery"]["last_refusal"]["message"]
+        assert r["delivery"]["version"] == "v1"
+    finally:
+        d.stop()
+
+
 class Load:
     """``n`` clients sending as fast as they are answered; every reply's status and variant."""
 

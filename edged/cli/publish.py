@@ -31,8 +31,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--validation", type=Path,
                    help="labelled .npz (x, y) (default: model.json's \"validation\")")
     p.add_argument("--accuracy", type=float,
-                   help="top-1 accuracy (0..1) claimed on it (default: model.json's "
-                        "\"accuracy\" of the ladder's top variant)")
+                   help="the accuracy (0..1) claimed on it (default: model.json's "
+                        "\"accuracy\" or, for a detector, \"map50\" of the ladder's top "
+                        "variant)")
+    p.add_argument("--metric", choices=("top1", "map50"),
+                   help="top1 (a classifier: .npz x, y) or map50 (a detector: .npz images, "
+                        "boxes); default: map50 when model.json has a \"postprocess\"")
     p.add_argument("--insecure", action="store_true", help="plain HTTP to an OCI registry")
 
 
@@ -41,7 +45,8 @@ def _claimed(args: argparse.Namespace, contract: Path) -> float:
         return float(args.accuracy)
     import json
 
-    acc = json.loads(contract.read_text()).get("accuracy")
+    card = json.loads(contract.read_text())
+    acc = card.get("map50") if _metric(args, contract) == "map50" else card.get("accuracy")
     ladder = tomllib.loads((args.dir / "variants.toml").read_text())
     top = ladder["models"]["variants"][0]
     stem = Path(str(top.get("path", ""))).stem
@@ -49,6 +54,14 @@ def _claimed(args: argparse.Namespace, contract: Path) -> float:
         if isinstance(acc, dict) and key in acc:
             return float(acc[key])
     raise ValueError(f"no --accuracy and {contract} has no \"accuracy\" for {top.get('name')}")
+
+
+def _metric(args: argparse.Namespace, contract: Path) -> str:
+    if args.metric:
+        return str(args.metric)
+    import json
+
+    return "map50" if "postprocess" in json.loads(contract.read_text()) else "top1"
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -67,7 +80,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="edged-publish-") as tmp:
             out = Path(tmp) / "bundle"
             manifest = pack(args.dir, out, args.model, args.version, accuracy, contract,
-                            args.validation)
+                            args.validation, _metric(args, contract))
             if args.sign is not None:
                 sign(out, args.sign)
             tag = args.to.rsplit(":", 1)[-1] if args.to.startswith("oci://") and ":" in \

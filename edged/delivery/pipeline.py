@@ -159,13 +159,14 @@ def _validation(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def accuracy_gate(loaded: Any, preprocessor: Any, version: Version,
-                  manifest: Manifest) -> dict[str, float]:
-    """Top-1 accuracy of ``loaded`` (an open variant: its ``backend``) on the bundle's
-    validation set, on this device; ``Refused`` when it is more than ``MAX_DROP_POINTS``
-    below the claim. Blocking (a worker thread)."""
-    if manifest.metric != "top1":
-        raise Refused("gating", "metric", f"this device gates {manifest.metric!r} versions "
-                      "not yet; publish a top1 validation set")
+                  manifest: Manifest, postprocess: Any = None) -> dict[str, float]:
+    """The accuracy of ``loaded`` (an open variant: its ``backend``) on the bundle's
+    validation set, on this device: top-1 for a classifier, mAP@0.5 for a detector
+    (``postprocess``: the model's table); ``Refused`` when it is more than
+    ``MAX_DROP_POINTS`` below the claim. Blocking (a worker thread)."""
+    if manifest.metric == "map50":
+        measured = _map50(loaded, version, manifest, postprocess)
+        return _held(measured, manifest, "mAP@0.5", "images")
     x, y = _validation(version.path / manifest.validation)
     spec = loaded.backend.inputs[0]
     correct = 0
@@ -183,14 +184,45 @@ def accuracy_gate(loaded: Any, preprocessor: Any, version: Version,
         outs = run_batch(loaded.backend, {spec.name: t})
         logits = outs[loaded.backend.outputs[0].name]
         correct += int((logits.reshape(len(rows), -1).argmax(1) == y[i:i + batch]).sum())
-    measured = 100.0 * correct / len(x)
+    return _held((100.0 * correct / len(x), len(x)), manifest, "top-1", "rows")
+
+
+def _held(measured_n: tuple[float, int], manifest: Manifest, what: str,
+          unit: str) -> dict[str, float]:
+    """The 2-point rule against the bundle's claim."""
+    measured, n = measured_n
     claimed = 100.0 * manifest.accuracy
     report = {"accuracy_pct": round(measured, 3), "claimed_pct": round(claimed, 3),
-              "rows": float(len(x))}
+              "rows": float(n)}
     if measured < claimed - MAX_DROP_POINTS:
         raise Refused("gating", "accuracy",
-                      f"top-1 {measured:.2f}% on {len(x)} rows of {manifest.validation} on "
+                      f"{what} {measured:.2f}% on {n} {unit} of {manifest.validation} on "
                       f"this device, {claimed - measured:.2f} points below the "
                       f"{claimed:.2f}% the bundle claims (at most {MAX_DROP_POINTS:g} "
                       "points are allowed)")
     return report
+
+
+def _map50(loaded: Any, version: Version, manifest: Manifest,
+           postprocess: Any) -> tuple[float, int]:
+    """mAP@0.5 of a detector on the bundle's labelled images (``edged compile``'s own
+    detection check: the same letterbox, decode and NMS as the daemon)."""
+    if postprocess is None:
+        raise Refused("gating", "metric", "a map50 validation set needs a detector: the "
+                      "model's table has no [models.postprocess]")
+    try:
+        from edged.compile.data import Preprocess
+        from edged.compile.detect_val import DetectionCheck, load_detection_set
+        from edged.detect.metrics_map import evaluate_map
+    except ImportError as e:
+        raise Refused("gating", "metric", f"a detector's gate needs pip install "
+                      f"'edged[compile]' (pycocotools): {e}") from None
+    try:
+        data = load_detection_set(version.path / manifest.validation)
+        pre = Preprocess.from_json(version.path / manifest.contract)
+        check = DetectionCheck(postprocess, data, pre, MAX_DROP_POINTS)
+        dets = check.detect(loaded.backend, 8)
+        r = evaluate_map(dets, data.truth, max_det=postprocess.max_det)
+    except (ValueError, KeyError, OSError, RuntimeError) as e:
+        raise Refused("gating", "validation", f"{manifest.validation}: {e}"[:400]) from None
+    return 100.0 * r.map50, len(data.images)

@@ -429,7 +429,7 @@ class Deliveries:
             loaded = cand.live.loaded
             assert loaded is not None
             report = await asyncio.to_thread(accuracy_gate, loaded, cand.preprocessor, v,
-                                              manifest)
+                                              manifest, vc.postprocess)
             self._entry(mc.name, gate=report)
             log.info("delivery: model %s %s passed the gate: %s", mc.name, manifest.version,
                      report)
