@@ -132,8 +132,8 @@ def test_a_detector_version_is_gated_on_map_of_its_own_labelled_images(
     """The trained digits detector as a delivered version: its bundle claims mAP@0.5 on its
     labelled scenes; the device measures it with ``edged compile``'s detection check; a
     claim 5 points above what it measures is refused."""
-    from support.paths import ROOT
     from support.digits import run_edged
+    from support.paths import ROOT
 
     key, pub = keys
     det = ROOT / "models" / "digits-det"
