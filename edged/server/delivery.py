@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,9 @@ class Deliveries:
         #: versions' rung builds (the same build as a model Frigate sent)
         self.rungs = RungBuilds()
         self._watching: dict[str, asyncio.Task[Any]] = {}
+        #: a model switched in takes the governor's throttle and rung at once
+        #: (``Governing.adopt``, set by the lifecycle)
+        self.adopt: Callable[[Model, str], None] = lambda m, reason: None
 
     # -- which models, and what they serve at start --------------------------------------
     def delivered(self) -> list[ModelConfig]:
@@ -218,6 +222,7 @@ class Deliveries:
         old = st.registry.replace({mc.name: cand}, [])
         for m in old:
             st.spawn(_retire(m, st.config.server.drain_timeout_s))
+        self.adopt(cand, f"delivery: {manifest.version} promoted")
         await asyncio.to_thread(st.store.promote, mc.name, v.digest)
         self._served(mc.name, v, manifest, "promoted")
         st.metrics.model_updates.labels(mc.name, "promoted", by).inc()
@@ -366,6 +371,7 @@ class Deliveries:
                               f"{model.error}") from None
         for m in st.registry.replace({mc.name: model}, []):
             st.spawn(_retire(m, st.config.server.drain_timeout_s))
+        self.adopt(model, "delivery: rolled back")
         await asyncio.to_thread(st.store.demote, mc.name, cur.digest, reason, True,
                                 mc.source.url)
         kind = "automatic" if automatic else "operator"

@@ -63,6 +63,7 @@ class Server:
         self.reloader = Reloader(state, self.governing)
         self.deliveries = Deliveries(state)
         self.reloader.resolve = self.deliveries.current_config
+        self.deliveries.adopt = self.governing.adopt
         self.health.sections.append(lambda: {"delivery": self.deliveries.status()})
         self.control = Control(state, self.health, self.governing, self.reload,
                                lambda mc: self._load([mc], startup=False), self.deliveries)
