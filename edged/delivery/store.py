@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,6 +158,8 @@ class VersionStore:
         self.metrics = metrics
         self._lock = threading.RLock()
         self._sizes: dict[str, int] = {}
+        #: versions being checked (a candidate in its gate or shadow): never evicted
+        self._held: set[str] = set()
         #: called with (model, digest, reason) after a version was evicted
         self.on_evict: list[Callable[[str, str, str], None]] = []
         self._index = self._open()
@@ -314,10 +316,21 @@ class VersionStore:
             self.max_bytes, self.per_model = max_bytes, per_model
             return self.enforce()
 
+    @contextlib.contextmanager
+    def hold(self, digest: str) -> Iterator[None]:
+        """Keep ``digest`` from eviction while it is checked (a candidate's stages)."""
+        with self._lock:
+            self._held.add(digest)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held.discard(digest)
+
     def _protected(self, extra: tuple[str, str] | None = None) -> set[str]:
-        """Digests that serve or are a fallback; with ``extra`` = (model, digest) arriving,
-        as they will be once it serves (what serves now becomes its fallback)."""
-        out: set[str] = set()
+        """Digests that serve, are a fallback or are held; with ``extra`` = (model, digest)
+        arriving, as they will be once it serves (what serves now becomes its fallback)."""
+        out: set[str] = set(self._held)
         for name, m in self._index["models"].items():
             if extra is not None and name == extra[0]:
                 out |= {d for d in (m["serving"] or m["fallback"], extra[1]) if d}

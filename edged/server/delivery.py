@@ -201,7 +201,14 @@ class Deliveries:
 
     async def _take(self, mc: ModelConfig, v: Version, manifest: Manifest, by: str,
                     where: str) -> None:
-        """A stored version through the gate, the switch and into the watch window."""
+        """A stored version through the gate, the switch and into the watch window (never
+        evicted meanwhile)."""
+        assert self.state.store is not None
+        with self.state.store.hold(v.digest):
+            await self._stages(mc, v, manifest, by, where)
+
+    async def _stages(self, mc: ModelConfig, v: Version, manifest: Manifest, by: str,
+                      where: str) -> None:
         st = self.state
         assert st.store is not None
         self._stop_watch(mc.name)
