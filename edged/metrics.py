@@ -132,6 +132,32 @@ class Metrics:
             "edged_pipeline_boxes", "Boxes of pipeline answers, by pipeline, stage and the "
             "box's state for the stage (fresh|carried|not_selected|failed|shed)",
             ["pipeline", "stage", "state"], registry=r)
+        # The model store (edged.delivery.store): one for every version that arrives.
+        self.store_bytes = Gauge(
+            "edged_store_bytes", "Bytes the model store uses (versions, their rungs, partial "
+            "downloads)", registry=r)
+        self.store_quota = Gauge(
+            "edged_store_quota_bytes", "The model store's quota ([server] max_store_bytes)",
+            registry=r)
+        self.store_versions = Gauge(
+            "edged_store_versions", "Model versions stored", registry=r)
+        self.store_evictions = Counter(
+            "edged_store_evictions", "Versions evicted to keep the store within its bounds",
+            registry=r)
+        self.frigate_transfers = Counter(
+            "edged_frigate_transfers", "Model files Frigate sent, by endpoint and outcome "
+            "(stored, same: bytes stored already, refused_pace, refused_quota, refused_disk, "
+            "refused_check)", ["endpoint", "outcome"], registry=r)
+        # Model delivery (docs/delivery.md): which version serves, and every update's fate.
+        self.model_version = Gauge(
+            "edged_model_version_info", "1 for the version a delivered model serves, by "
+            "model, version label and digest (the bundle manifest's sha256)",
+            ["model", "version", "digest"], registry=r)
+        self.model_updates = Counter(
+            "edged_model_updates", "New versions of delivered models, by model, outcome "
+            "(promoted, refused, rolled_back) and reason (poll|operator for a promotion; the "
+            "refusal's reason: signature, digest, accuracy, contract, ...)",
+            ["model", "outcome", "reason"], registry=r)
         self.inflight = Gauge(
             "edged_inflight_requests", "Requests received and not yet answered", registry=r)
         self._server: WSGIServer | None = None

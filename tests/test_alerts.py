@@ -61,6 +61,13 @@ EDGED_METRICS = HISTOGRAMS | {
     "edged_energy_joules_total",
     "edged_inflight_requests",
     "edged_frigate_requests_total",
+    "edged_frigate_transfers_total",
+    "edged_store_bytes",
+    "edged_store_quota_bytes",
+    "edged_store_versions",
+    "edged_store_evictions_total",
+    "edged_model_version_info",
+    "edged_model_updates_total",
     "edged_stream_frames_total",
     "edged_streams",
     "edged_sensor_temperature_celsius",
@@ -145,6 +152,7 @@ def test_required_alerts_exist() -> None:
         "EdgedRestarting",
         "EdgedModelLoadFailed",
         "EdgedSensorStale",
+        "EdgedOffFleetVersion",
     } <= names
 
 
@@ -198,6 +206,7 @@ def test_dashboard_covers_the_asked_views() -> None:
         "edged_sensor_power_watts",
         "edged_active_variant_info",
         "edged_variant_swaps_total",
+        "edged_model_version_info",  # which version on which device
     ):
         assert needle in text, needle
 

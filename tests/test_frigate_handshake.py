@@ -239,16 +239,17 @@ def test_a_model_type_other_than_the_sent_models_gets_zeros_and_one_warning(fd: 
 
 
 def test_the_store_is_content_addressed_with_a_name_index(fd: Daemon) -> None:
-    state = fd.tmp / "state" / "frigate"
-    index = json.loads((state / "index.json").read_text())
-    entry = index["names"]["ssdlite-fp32.onnx"]
+    store = fd.tmp / "state" / "store"
+    index = json.loads((store / "index.json").read_text())
     import hashlib
 
     sha = hashlib.sha256(PERSON.read_bytes()).hexdigest()
-    assert entry["sha256"] == sha and entry["model_type"] == "ssd"
-    assert (state / "models" / f"{sha}.onnx").read_bytes() == PERSON.read_bytes()
-    assert index["endpoints"][url(fd.ports["person"])] == "ssdlite-fp32.onnx"  # type: ignore
-    assert not list(state.rglob("*.tmp"))
+    m = index["models"][f"frigate@{url(fd.ports['person'])}"]  # type: ignore[attr-defined]
+    (entry,) = [v for v in m["versions"] if v["name"] == "ssdlite-fp32.onnx"]
+    assert entry["digest"] == sha and entry["meta"]["model_type"] == "ssd"
+    assert m["serving"] == sha
+    assert (store / "versions" / sha / f"{sha}.onnx").read_bytes() == PERSON.read_bytes()
+    assert not list(store.rglob("*.tmp"))
 
 
 def manage(port: int, frames: list[bytes]) -> dict[str, Any]:

@@ -14,11 +14,12 @@ from support import frigate_graphs as fg
 from support.paths import ROOT
 
 from edged.config.layouts import normalize_type
+from edged.delivery.store import VersionStore
 from edged.detect.decoders.rfdetr import decode_rfdetr
 from edged.detect.decoders.support import DecodeParams
 from edged.detect.decoders.yolo_anchors import ANCHORS, STRIDES, decode_yolo_anchors
 from edged.protocols.frigate.model_check import ModelRefused, check_model
-from edged.protocols.frigate.store import ModelStore, check_name
+from edged.protocols.frigate.store import FrigateModels, StoredModel, check_name
 
 onnx = pytest.importorskip("onnx")
 
@@ -157,24 +158,51 @@ def test_rfdetr_scores_are_sigmoids_without_column_zero() -> None:
 
 def test_store_is_content_addressed_atomic_and_survives_a_damaged_index(tmp_path: Path
                                                                         ) -> None:
-    s = ModelStore(tmp_path / "state")
-    a = s.put("a.onnx", b"model one", "ssd")
-    b = s.put("b.onnx", b"model one", "ssd")  # same bytes: one file
+    root = tmp_path / "state" / "store"
+    s = FrigateModels(VersionStore(root), "frigate@ipc://a")
+
+    def put(name: str, data: bytes, model_type: str) -> StoredModel:
+        return s.put(name, data, hashlib.sha256(data).hexdigest(), model_type)
+
+    a = put("a.onnx", b"model one", "ssd")
+    b = s.rename(s.by_digest(a.sha256), "b.onnx")  # same bytes: one file, the new name
     assert a.path == b.path and a.sha256 == hashlib.sha256(b"model one").hexdigest()
-    assert len(list((tmp_path / "state" / "models").iterdir())) == 1
-    s.put("a.onnx", b"model two", "yolox")  # a changed file under the same name
+    assert len(list((root / "versions").iterdir())) == 1
+    put("a.onnx", b"model two", "yolox")  # a changed file under the same name
     got = s.get("a.onnx")
     assert got is not None and got.model_type == "yolox" and got.path.read_bytes() == b"model two"
-    s.served_by("tcp://127.0.0.1:1", "a.onnx")
-    assert s.last_for("tcp://127.0.0.1:1") == got
+    s.served(got)
+    assert s.last_served() == got
+    assert FrigateModels(VersionStore(root), "frigate@ipc://a").last_served() == got
     got.path.write_bytes(b"tampered")
     assert not s.verify(got)
-    (tmp_path / "state" / "index.json").write_text("{not json")
+    (root / "index.json").write_text("{not json")
+    s = FrigateModels(VersionStore(root), "frigate@ipc://a")  # a restart reads it
     assert s.get("b.onnx") is None  # an unreadable index costs a transfer, nothing else
-    s.put("c.onnx", b"three", "ssd")
-    assert json.loads((tmp_path / "state" / "index.json").read_text())["names"].keys() == {
-        "c.onnx"}
-    assert not list((tmp_path / "state").rglob("*.tmp"))
+    assert not list((root / "versions").iterdir())  # the folders it named are orphans now
+    put("c.onnx", b"three", "ssd")
+    index = json.loads((root / "index.json").read_text())
+    assert [v["name"] for v in index["models"]["frigate@ipc://a"]["versions"]] == ["c.onnx"]
+    assert not list(root.rglob("*.tmp"))
+
+
+def test_a_model_stored_before_the_one_store_is_adopted_with_its_rungs(tmp_path: Path
+                                                                      ) -> None:
+    data = fg.yolox().data
+    sha = hashlib.sha256(data).hexdigest()
+    old = tmp_path / "frigate"
+    (old / "models").mkdir(parents=True)
+    (old / "models" / f"{sha}.onnx").write_bytes(data)
+    (old / "models" / f"{sha}.int8.onnx").write_bytes(b"rung")
+    (old / "index.json").write_text(json.dumps({
+        "names": {"yolox.onnx": {"sha256": sha, "model_type": "yolox"}},
+        "endpoints": {"ipc://f.sock": "yolox.onnx"}}))
+    s = FrigateModels(VersionStore(tmp_path / "store"), "frigate@ipc://f.sock")
+    got = s.adopt_legacy(tmp_path, "ipc://f.sock")
+    assert got is not None and got.model_type == "yolox" and s.last_served() == got
+    assert (got.path.parent / f"{sha}.int8.onnx").read_bytes() == b"rung"
+    assert not list((old / "models").iterdir())  # moved, not copied
+    assert s.adopt_legacy(tmp_path, "ipc://other.sock") is None
 
 
 @pytest.mark.parametrize("name,ok", [("yolov9-t-320.onnx", True), ("plus_abc123", True),

@@ -2,7 +2,7 @@
 OpenVINO is installed): built in the background from frames Frigate sent, each accepted by
 edged.verify's check on other frames, ordered by measured speed, offered to the governor,
 swapped to, and offered again after a restart (edged/frigate_ladder.py,
-server/frigate_rungs.py).
+edged/delivery/rung_builds.py, build_rungs.py).
 
 The model is the trained digits-det, sent as ``yologeneric`` the way Frigate's YOLOv9
 config sends frames (nchw float 0..1); its held-out scenes are the camera.
@@ -130,7 +130,7 @@ def test_a_sent_model_gets_checked_rungs_the_governor_swaps_to(tmp_path: Path) -
     d = Daemon(cfg, tmp_path)
     name = f"frigate@tcp://127.0.0.1:{port}"
     address = f"tcp://127.0.0.1:{port}"
-    state = tmp_path / "state" / "frigate" / "models"
+    versions = tmp_path / "state" / "store" / "versions"  # the sent model's version folder
     frames = scenes()
     try:
         f = FrigateDetector(address, DIGITS, "yologeneric", 20000)
@@ -150,6 +150,7 @@ def test_a_sent_model_gets_checked_rungs_the_governor_swaps_to(tmp_path: Path) -
             k[0] += 1
 
         g = wait_for("the rungs", rung, feed)
+        (state,) = list(versions.iterdir())
         names = check_ladder(g, state)
         ladder = g["ladder"]
         # int8 rungs are over 1.15x faster than fp32 on every CPU edged supports: one is on
@@ -213,7 +214,7 @@ def test_without_openvino_its_rungs_are_skipped_with_the_reason(tmp_path: Path) 
         assert f"{key}: skipped: OpenVINO is not installed" in out.stdout
         assert not list(tmp_path.glob(f"*.{key}.xml"))
     assert set(record["ladder"]) <= {"fp32", "int8"}
-    from edged.protocols.frigate.rung_builds import outcome
+    from edged.delivery.rung_builds import outcome
 
     entry = outcome(record)
     assert entry["rungs"]["ov-int8"]["state"] == "skipped"
@@ -224,8 +225,8 @@ def test_the_stored_ladder_serves_only_what_is_there(tmp_path: Path) -> None:
     """``with_rungs`` after a restart: the ladder file's order, a rung whose file or
     record is gone left out, a damaged ladder file read as no rungs, and a store from
     before ladder files (an accepted int8 record alone) served with its int8 rung."""
+    from edged.delivery.rungs import artifact, ladder_path, record_path, with_rungs
     from edged.protocols.frigate.model_check import check_model, model_config
-    from edged.protocols.frigate.rungs import artifact, ladder_path, record_path, with_rungs
 
     model = tmp_path / "feed.onnx"
     shutil.copy(DIGITS, model)
@@ -262,7 +263,7 @@ def test_the_stored_ladder_serves_only_what_is_there(tmp_path: Path) -> None:
 def test_the_status_entry_says_each_rungs_fate_and_why() -> None:
     """A build's record as ``edged status`` shows it: the ladder, a refused rung with the
     check's reason, a rung left off the ladder with the ladder rule's, a failed build."""
-    from edged.protocols.frigate.rung_builds import outcome
+    from edged.delivery.rung_builds import outcome
 
     record = {
         "ladder": ["fp32", "int8"], "build_s": 12.5,
@@ -291,7 +292,7 @@ def _timed(name: str, precision: str, ms: float) -> dict[str, Any]:
 
 
 def test_the_served_model_keeps_the_top_unless_an_fp32_rung_is_measurably_faster() -> None:
-    from edged.protocols.frigate.build_rungs import _top_stays
+    from edged.delivery.build_rungs import _top_stays
 
     near = [_timed("fp32", "fp32", 10.0), _timed("ov-fp32", "fp32", 9.0),
             _timed("int8", "int8", 8.0)]
@@ -305,7 +306,7 @@ def test_the_served_model_keeps_the_top_unless_an_fp32_rung_is_measurably_faster
 def test_the_build_runs_at_the_lowest_priority_from_its_start() -> None:
     """The daemon lowers the child's priority as soon as it exists, not after the child's
     own imports (a second or more of CPU at the daemon's priority, beside serving)."""
-    from edged.protocols.frigate.rungs import lowest_priority_one_core
+    from edged.delivery.rungs import lowest_priority_one_core
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

@@ -45,6 +45,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "level needing a lighter one still wins")
     sw.add_argument("model", help="the model's name")
     sw.add_argument("variant", help="one of the model's variants, or auto")
+    pl = action("pull", "fetch, check and switch to a delivered model's new version "
+                        "(docs/delivery.md)")
+    pl.add_argument("model", help="the model's name")
+    pl.add_argument("version", nargs="?", help="a version label or tag (default: the one "
+                    "the source points at now)")
+    pr = action("promote", "switch a delivered model to a version by hand (it is checked "
+                           "first)")
+    pr.add_argument("model", help="the model's name")
+    pr.add_argument("version", help="a version the device holds")
+    rb = action("rollback", "serve a delivered model's previous version again; the current "
+                            "one is never taken again")
+    rb.add_argument("model", help="the model's name")
 
 
 def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | None:
@@ -62,8 +74,10 @@ def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
     msg: dict[str, Any] = {"op": args.action}
-    if args.action in ("load", "unload", "swap"):
+    if args.action in ("load", "unload", "swap", "pull", "promote", "rollback"):
         msg["model"] = args.model
+    if args.action in ("pull", "promote") and args.version:
+        msg["version"] = args.version
     if args.action == "swap":
         msg["variant"] = args.variant
     if args.action == "level":
@@ -87,6 +101,8 @@ def action_line(action: str, r: dict[str, Any]) -> str:
         return level_line(r.get("governor") or {})
     if action == "reload":
         return reload_line(r.get("reload") or {})
+    if action in ("pull", "promote", "rollback"):
+        return delivery_line(r.get("delivery") or {})
     m = r.get("model") or {}
     if action == "swap":
         pin = r.get("pin")
@@ -98,6 +114,19 @@ def action_line(action: str, r: dict[str, Any]) -> str:
     if action == "load":
         return f"{m.get('name')}: {m.get('state')} ({m.get('active_variant')})"
     return f"{m.get('name')}: {m.get('state')}"
+
+
+def delivery_line(d: dict[str, Any]) -> str:
+    """``version v2 serves (sha256 1f0c...); stage serving`` for a delivered model."""
+    line = f"version {d.get('version') or '-'} serves"
+    if d.get("digest"):
+        line += f" (sha256 {str(d['digest'])[:12]})"
+    if d.get("stage") and d.get("stage") != "serving":
+        line += f"; candidate at {d['stage']}"
+    last = d.get("last_rollback")
+    if last:
+        line += f"; rolled back from {last.get('version')}: {last.get('reason')}"
+    return line
 
 
 def level_line(g: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from edged.cli import ctl, daemon, frigate, keys, requests
+from edged.cli import ctl, daemon, frigate, keys, publish, requests
 from edged.cli.common import CliError
 
 #: Subcommands whose parsers live in (and import) their own modules.
@@ -29,7 +29,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"edged {_version()}",
                     help="print the version and exit")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    for group in (daemon, requests, ctl, keys, frigate):
+    for group in (daemon, requests, ctl, keys, frigate, publish):
         group.add_parsers(sub)
     if command is not None and command not in _HEAVY:
         return ap
@@ -64,7 +64,9 @@ commands:
   models        the models a daemon serves
   health        OK when every required model is ready
   status        what a daemon runs and why (models, listeners, governor)
-  ctl           operator actions: reload, load, unload, level, swap
+  ctl           operator actions: reload, load, unload, level, swap, pull, promote,
+                rollback
+  publish       pack, sign and push a model version for devices to pull
   compile       turn an ONNX model into a checked, timed ladder of variants
   bench         load a running daemon and report throughput and latency
   governor      replay a recorded temperature trace through the governor
@@ -129,5 +131,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "models": requests.cmd_simple, "health": requests.cmd_simple, "status": ctl.cmd_status,
     "ctl": ctl.cmd_ctl, "keys": keys.cmd_keys, "frigate": frigate.cmd_frigate,
     "compile": cmd_compile, "bench": _own, "governor": cmd_governor, "device-check": _own,
-    "isa-check": _own,
+    "isa-check": _own, "publish": publish.cmd_publish,
 }

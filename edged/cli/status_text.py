@@ -23,6 +23,7 @@ def format_status(r: dict[str, Any]) -> str:
         *table(["LISTENER", "ADDRESS", "SERVES"], listener_rows(r)),
         *(f"rungs {a}: {g.get('state')} {g.get('progress') or g.get('error') or ''}"
           for a, g in (r.get("frigate_rungs") or {}).items()),
+        *([_store_line(r["store"])] if r.get("store") else []),
         "",
     ]
     rows = []
@@ -41,6 +42,8 @@ def format_status(r: dict[str, Any]) -> str:
         lines.extend(_model_details(m, g))
     for p in r.get("pipelines") or []:
         lines.extend(_format_pipeline(p))
+    for name, e in (r.get("delivery") or {}).items():
+        lines.extend(_delivery_lines(name, e))
     lines.append("")
     if not g:
         lines.append("governor  disabled")
@@ -190,6 +193,49 @@ def _format_pipeline(p: dict[str, Any]) -> list[str]:
     if load.get("asks"):
         out.append(f"  load asks for {load['asks']}: {load['reason']}")
     return out
+
+
+
+
+def _delivery_lines(name: str, e: dict[str, Any]) -> list[str]:
+    """A delivered model: its version and source, a candidate's stage, the last refusal
+    and rollback, the last few events (docs/delivery.md)."""
+    digest = f" ({e['digest'][:12]})" if e.get("digest") else ""
+    out = [f"delivery {name}: {e.get('version') or 'no delivered version'}{digest} from "
+           f"{e.get('source') or '-'}; {e.get('stage') or '-'}"
+           + (f" {e['candidate']}" if e.get("candidate") else "")
+           + (f": {e['progress']}" if e.get("progress") else "")]
+    w = e.get("watch") or {}
+    if e.get("stage") == "watching" and w.get("watched"):
+        seen = w["watched"]
+        out.append(f"  watching {w.get('version')}: {seen['requests']} requests, "
+                   f"{seen['errors']} errors, {seen['deadline_misses']} deadline misses, "
+                   f"p99 {seen['p99_ms']} ms (before: "
+                   f"{(w.get('baseline') or {}).get('p99_ms')} ms) of {w.get('seconds')} s")
+    if e.get("last_refusal"):
+        f = e["last_refusal"]
+        out.append(f"  last refusal ({f['stage']}, {f['reason']}): {f['message']}"[:300])
+    if e.get("last_rollback"):
+        b = e["last_rollback"]
+        out.append(f"  last rollback of {b['version']} ({b['by']}): {b['reason']}"[:300])
+    hist = e.get("history") or []
+    if hist:
+        out.append("  history: " + ", ".join(
+            f"{h.get('version') or h.get('stage', '')} {h['event']}".strip()
+            for h in hist[-5:]))
+    return out
+
+
+def _store_line(s: dict[str, Any]) -> str:
+    """The model store's use against its quota (``[server] max_store_bytes``)."""
+    used, quota = s["used_bytes"], s["quota_bytes"]
+    pct = 100 * used / quota if quota else 0
+    return (f"store     {_mib(used)} of {_mib(quota)} ({pct:.0f}%), {s['versions']} "
+            f"version(s), at most {s['per_model']} per model  ({s['root']})")
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
 def _openvino_line(rt: dict[str, Any]) -> str:

@@ -42,10 +42,12 @@ class FrigateConfig:
     max_model_bytes: int = 256 << 20
     #: the Frigate model_type a sent model must fit (None: whichever type its graph fits)
     model_type: str | None = None
-    #: build an INT8 rung for a sent model in the background (edged.protocols.frigate.rungs)
+    #: build an INT8 rung for a sent model in the background (edged.delivery.rungs)
     int8_rung: bool = True
     #: frames Frigate sent that the rung is calibrated (3/4) and checked (1/4) on
     int8_frames: int = 48
+    #: new model files one client may send a minute (the same bytes again never count)
+    transfers_per_minute: int = 4
 
 
 def _class_map(t: Table) -> tuple[tuple[int, int], ...]:
@@ -96,6 +98,9 @@ def read_frigate(t: Table) -> FrigateConfig | None:
         int8_rung=t.get("int8_rung", bool, True),
         int8_frames=t.get("int8_frames", int, 48,
                           check=lambda v: None if 4 <= v <= 1024 else "must be 4..1024"),
+        transfers_per_minute=t.get("transfers_per_minute", int, 4,
+                                   check=lambda v: None if 1 <= v <= 10000 else
+                                   "must be 1..10000"),
     )
     t.done()
     return cfg if endpoint and model else None

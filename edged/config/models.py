@@ -13,8 +13,10 @@ from pathlib import Path
 from edged.config.overload import OverloadConfig
 from edged.config.postprocess import PostprocessConfig
 from edged.config.preprocess import PreprocessConfig
+from edged.config.rollout import RolloutConfig, read_rollout
 from edged.config.runtimes import RUNTIMES, BackendOptions, read_options
 from edged.config.schema import Table, non_negative, positive
+from edged.config.source import SourceConfig, read_source
 from edged.config.verify import BY_PRECISION, ModelVerify, VariantVerify
 
 
@@ -55,6 +57,11 @@ class ModelConfig:
     verify: ModelVerify = field(default_factory=ModelVerify)
     #: stepping down the ladder while requests come too close to their deadlines
     overload: OverloadConfig = field(default_factory=OverloadConfig)
+    #: where new versions come from (docs/delivery.md); the variants are then the
+    #: version's own (its ladder), or the configured ones until a first version arrives
+    source: SourceConfig | None = None
+    #: how a delivered version is shadowed and watched into service
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
 
 
@@ -78,7 +85,9 @@ def read_model(t: Table) -> ModelConfig | None:
     # kind = "pipeline" entries are read by edged.config.pipelines; any other kind is a typo
     t.get("kind", str, "model", choices=("model", "pipeline"))
     name = t.get("name", str, check=lambda n: None if n.strip() else "must not be empty")
-    variants = [v for v in (_variant(vt) for vt in t.tables("variants", required=True)) if v]
+    source = read_source(t.table("source"))
+    variants = [v for v in (_variant(vt) for vt in t.tables(
+        "variants", required=source is None)) if v]
     seen: set[str] = set()
     for v in variants:
         if v.name in seen:
@@ -116,11 +125,13 @@ def read_model(t: Table) -> ModelConfig | None:
         stream_idle_s=t.get("stream_idle_s", float, 60.0, check=positive),
         verify=verify,
         overload=OverloadConfig.from_table(t.table("overload")),
+        source=source,
+        rollout=read_rollout(t.table("rollout")),
     )
     if batching.data:
         batching.done()
     t.done()
-    return cfg if name and variants else None
+    return cfg if name and (variants or source) else None
 
 
 def _fraction(v: float) -> str | None:

@@ -75,8 +75,13 @@ class ServerConfig:
     endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS
     control: str = DEFAULT_CONTROL
     runtime_dir: Path | None = None
-    #: where sent models are kept (None: $STATE_DIRECTORY, else ~/.local/state/edged)
+    #: where model versions are kept (None: $STATE_DIRECTORY, else ~/.local/state/edged)
     state_dir: Path | None = None
+    #: the model store's total quota (``STATE_DIR/store``; edged.delivery.store): a small
+    #: SD card shares its space with the OS and the logs
+    max_store_bytes: int = 2 << 30
+    #: versions kept per model: the one serving, its fallback and the newest others
+    max_store_versions: int = 4
     drain_timeout_s: float = 10.0
     stall_timeout_s: float = 30.0
     swap_memory_headroom_mb: float = 64.0
@@ -179,6 +184,12 @@ def read_server(t: Table) -> ServerConfig:
         control=control or DEFAULT_CONTROL,
         runtime_dir=runtime_dir,
         state_dir=state_dir,
+        max_store_bytes=t.get("max_store_bytes", int, 2 << 30,
+                              check=lambda v: None if v >= 1 << 20 else
+                              "must be at least 1048576 (1 MiB)"),
+        max_store_versions=t.get("max_store_versions", int, 4,
+                                 check=lambda v: None if 2 <= v <= 100 else
+                                 "must be 2..100 (the one serving and its fallback at least)"),
         drain_timeout_s=t.get("drain_timeout_s", float, 10.0, check=non_negative),
         stall_timeout_s=t.get("stall_timeout_s", float, 30.0, check=positive),
         swap_memory_headroom_mb=t.get("swap_memory_headroom_mb", float, 64.0,

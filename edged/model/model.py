@@ -77,6 +77,9 @@ class Model:
         self._m_queue_depth = metrics.queue_depth.labels(cfg.name)
         self._m_batch_size = metrics.batch_size.labels(cfg.name)
         self._m_compute: dict[str, Any] = {}
+        #: a candidate version's shadow (``edged.delivery.shadow``): offered each computed
+        #: batch after the fact; it never delays one
+        self.shadow: Any = None
 
     @property
     def variant_names(self) -> list[str]:
@@ -252,6 +255,9 @@ class Model:
                 raise EdgedError(f"variant {loaded.config.name!r} returned {got} for output "
                                  f"{name!r}; expected {total} rows")
         results = self.head.split(batch, loaded.post, outs, self.contract.output_names)
+        shadow = self.shadow
+        if shadow is not None:
+            shadow.offer(feeds, outs, total, compute_s, self._batcher.depth == 0)
         return loaded.config.name, results, compute_s
 
     def _on_batch(self, variant: str, rows: int, compute_s: float, batch: list[Pending]) -> None:

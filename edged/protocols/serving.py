@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import zmq.asyncio
 
 from edged.config.file import Config
+from edged.delivery.store import VersionStore
 from edged.metrics import Metrics
 from edged.model.registry import Registry
 
@@ -57,6 +58,8 @@ class Serving:
     #: configured): every room's requests may go
     offload: Offloader | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    #: the one store of model versions (``edged.delivery.store``), opened by the lifecycle
+    store: VersionStore | None = None
 
     @property
     def serving(self) -> bool:

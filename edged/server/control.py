@@ -40,16 +40,19 @@ Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 class Control:
     def __init__(self, state: ServerState, health: Health, governing: Governing,
                  reload: Callable[[], Awaitable[dict[str, Any]]],
-                 load: Callable[[Any], Awaitable[list[str]]]) -> None:
+                 load: Callable[[Any], Awaitable[list[str]]],
+                 deliveries: Any = None) -> None:
         self.state = state
         self.health = health
         self.governing = governing
         self._reload = reload
         self._load = load
+        self.deliveries = deliveries  # edged.server.delivery.Deliveries
         self.ops: dict[str, Handler] = {
             "status": self._status, "models": self._models, "reload": self._reload_op,
             "load": self._load_op, "unload": self._unload, "level": self._level,
-            "swap": self._swap,
+            "swap": self._swap, "pull": self._pull, "promote": self._promote,
+            "rollback": self._rollback_op,
         }
         assert set(self.ops) == set(CONTROL_OPS), "server and client disagree on control ops"
         self.sock: zmq.asyncio.Socket | None = None
@@ -81,11 +84,17 @@ class Control:
         while True:
             frames = await sock.recv_multipart()
             envelope, body = split_envelope(frames)
-            reply = await self.handle(body)
-            try:
-                await sock.send_multipart([*envelope, encode_header(reply)])
-            except zmq.ZMQError as e:
-                log.debug("control reply not sent: %s", e)
+            # each op answered from a task of its own: a pull or a rollback takes seconds
+            # to minutes, and `edged status` must answer meanwhile
+            self.state.spawn(self._answer(sock, envelope, body))
+
+    async def _answer(self, sock: zmq.asyncio.Socket, envelope: list[bytes],
+                      body: list[bytes]) -> None:
+        reply = await self.handle(body)
+        try:
+            await sock.send_multipart([*envelope, encode_header(reply)])
+        except zmq.ZMQError as e:
+            log.debug("control reply not sent: %s", e)
 
     async def handle(self, body: list[bytes]) -> dict[str, Any]:
         rid = None
@@ -160,6 +169,37 @@ class Control:
         if failed:
             raise Unavailable(f"model {name!r} failed to load: {m.error}")
         return {"model": m.describe()}
+
+    async def _pull(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """A delivered model's new version (or ``version``) through every stage; the reply
+        says where it ended (``delivery``) and is an error when it was refused."""
+        name = _str_arg(msg, "model")
+        version = msg.get("version")
+        if version is not None and (not isinstance(version, str) or not version):
+            raise InvalidArgument("'version' must be a non-empty string")
+        before = (self.deliveries.entries.get(name) or {}).get("last_refusal")
+        entry = await self.deliveries.update(name, version, "operator")
+        refusal = entry.get("last_refusal")
+        out: dict[str, Any] = {"delivery": entry}
+        if refusal is not None and refusal is not before:
+            out.update(status="UNAVAILABLE", error=f"refused at {refusal['stage']}: "
+                       f"{refusal['message']}")
+        return out
+
+    async def _promote(self, msg: dict[str, Any]) -> dict[str, Any]:
+        name = _str_arg(msg, "model")
+        before = (self.deliveries.entries.get(name) or {}).get("last_refusal")
+        entry = await self.deliveries.promote(name, _str_arg(msg, "version"))
+        out: dict[str, Any] = {"delivery": entry}
+        refusal = entry.get("last_refusal")
+        if refusal is not None and refusal is not before:
+            out.update(status="UNAVAILABLE", error=f"refused at {refusal['stage']}: "
+                       f"{refusal['message']}")
+        return out
+
+    async def _rollback_op(self, msg: dict[str, Any]) -> dict[str, Any]:
+        name = _str_arg(msg, "model")
+        return {"delivery": await self.deliveries.rollback(name, "by the operator")}
 
     async def _swap(self, msg: dict[str, Any]) -> dict[str, Any]:
         m = self.state.registry.get(_str_arg(msg, "model"))

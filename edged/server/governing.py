@@ -219,6 +219,15 @@ class Governing:
             reason = ""
         p.set_position(position, reason)
 
+    def adopt(self, m: Model, reason: str) -> None:
+        """A model switched in while serving (a delivered version): the current decision's
+        throttle and rung now, not at the next step."""
+        d = self._decision
+        if d is not None:
+            m.set_throttle(d.max_batch_size, d.max_rate_hz, d.shed_priority_above,
+                           f"level {d.level}: {d.reason}")
+        self._settle(m, reason)
+
     def _settle(self, m: Model, reason: str) -> None:
         if not m.ready or m.swapping:
             return  # a swap in progress settles again when it ends

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -27,6 +28,8 @@ class Health:
         self.state = state
         self.governing = governing
         self._answered_window: list[tuple[float, int]] = []
+        #: more entries of the status reply (the delivered models' stages, ...)
+        self.sections: list[Callable[[], dict[str, Any]]] = []
 
     async def watchdog_loop(self) -> None:
         """Ping systemd only while the loop runs (this task) and no worker is stuck."""
@@ -112,7 +115,9 @@ class Health:
             "pipelines": [{**p.describe(), "overload": self.governing.overload.describe(p),
                            **latency(st.metrics, p.name)} for p in st.registry.pipelines],
             "governor": self.governing.summary(),
+            "store": st.store.describe() if st.store is not None else None,
             "last_reload": st.last_reload,
+            **{k: v for section in self.sections for k, v in section().items()},
         }
 
 

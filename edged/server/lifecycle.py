@@ -21,6 +21,7 @@ from typing import Any
 from edged import __version__
 from edged.config.file import Config
 from edged.config.models import ModelConfig
+from edged.delivery.store import open_store
 from edged.errors import ConfigError, StartupError
 from edged.host import memory, threadplan
 from edged.host.runtime_dir import resolve_runtime_dir
@@ -33,6 +34,7 @@ from edged.protocols.kserve.offload import OffloadRoom
 from edged.protocols.kserve.room import KServeRoom
 from edged.protocols.native.room import NativeRoom
 from edged.server.control import Control
+from edged.server.delivery import Deliveries
 from edged.server.governing import Governing
 from edged.server.health import Health
 from edged.server.reload import Reloader
@@ -48,6 +50,8 @@ class Server:
             config=config, overrides=overrides or {}, metrics=metrics,
             notifier=Notifier.from_env(),
             registry=Registry(metrics, lambda: state.power_w))
+        # the one store of model versions: a restart reads a consistent index here
+        state.store = open_store(config.server, metrics)
         self.governing = Governing(state)
         self.health = Health(state, self.governing)
         self.governing.on_level_change = lambda: state.notifier.status(self.health.status_line())
@@ -57,8 +61,12 @@ class Server:
         state.rooms = [NativeRoom(state, self.health.health), FrigateRoom(state),
                        KServeRoom(state), self.offload]
         self.reloader = Reloader(state, self.governing)
+        self.deliveries = Deliveries(state)
+        self.reloader.resolve = self.deliveries.current_config
+        self.deliveries.adopt = self.governing.adopt
+        self.health.sections.append(lambda: {"delivery": self.deliveries.status()})
         self.control = Control(state, self.health, self.governing, self.reload,
-                               lambda mc: self._load([mc], startup=False))
+                               lambda mc: self._load([mc], startup=False), self.deliveries)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -93,11 +101,12 @@ class Server:
         self._tasks.append(loop.create_task(self.governing.loop(), name="governor"))
         self._tasks.append(loop.create_task(self.governing.watch_load(), name="overload"))
         try:
-            await self._load(list(cfg.models), startup=True)
+            await self._load(self.deliveries.startup_models(list(cfg.models)), startup=True)
         finally:
             # What start-up did not take (may still be opening) is closed off READY's path.
             loop.run_in_executor(None, discard_preopened)
         self._tasks.append(loop.create_task(self.health.watchdog_loop(), name="watchdog"))
+        self._tasks.append(loop.create_task(self.deliveries.loop(), name="delivery"))
         st.ready = True
         st.phase = "serving"
         st.notifier.ready(self.health.status_line())
@@ -140,6 +149,10 @@ class Server:
     async def reload(self) -> dict[str, Any]:
         res = await self.reloader.reload()
         if res["ok"]:
+            srv = self.state.config.server
+            if self.state.store is not None:
+                await asyncio.to_thread(self.state.store.configure, srv.max_store_bytes,
+                                        srv.max_store_versions)
             problems = [p for room in self.state.rooms for p in await room.apply(self.state.config)]
             if problems:
                 res = {**res, "listener_errors": problems}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +122,10 @@ class Reloader:
         self.state = state
         self.governing = governing
         self._lock = asyncio.Lock()
+        #: the config a model is loaded with: a delivered model's is the version its store
+        #: pointer names (``edged.server.delivery``), not its configured variants; None:
+        #: nothing to load yet
+        self.resolve: Callable[[ModelConfig], ModelConfig | None] = lambda mc: mc
 
     async def reload(self) -> dict[str, Any]:
         """Re-read the config; keep serving on the old one if the new one is invalid."""
@@ -194,7 +199,7 @@ class Reloader:
         st = self.state
         staged: dict[str, Model] = {}
         errors = []
-        for mc in models:
+        for mc in [r for r in map(self.resolve, models) if r is not None]:
             m = st.registry.create(mc, new.server)
             try:
                 await m.load(self.governing.index_for(m))

@@ -107,7 +107,7 @@ class Handshake:
             return data_answer(name, False, bool(m is not None and m.ready), (
                 f"this endpoint serves edged's configured model {e.cfg.model!r} and takes no "
                 "model files (an endpoint with accept_models = true and no model does)"))
-        return await self.sent.receive(e.sent, name, body[1])
+        return await self.sent.receive(e.sent, name, body[1], _peer(body[0]))
 
     async def _request_configured(self, e: ManagedEndpoint, name: str) -> dict[str, Any]:
         model = await self._wait_ready(e.cfg.model)
@@ -135,3 +135,12 @@ class Handshake:
         end = time.monotonic() + READY_WAIT_S
         while self.state.phase == "starting" and time.monotonic() < end:
             await asyncio.sleep(0.05)
+
+
+def _peer(frame: Any) -> str:
+    """Who sent a message, as libzmq says (a TCP peer's IP, ``localhost:UID:GID:PID`` on
+    ``ipc://``); "" when it cannot say (a copied frame)."""
+    try:
+        return str(frame.get("Peer-Address"))
+    except Exception:
+        return ""

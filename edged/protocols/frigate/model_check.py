@@ -57,6 +57,9 @@ class CheckedModel:
     #: every Frigate type the graph fits, ``model_type`` first: a ``[1, N, K]`` head is
     #: YOLOX's or a row-wise yolo-generic export, which only Frigate's header tells apart
     fits: tuple[str, ...] = ()
+    #: class ids the model can answer, 0..classes-1 after the type's label offset (None:
+    #: the layout gives ids as values, not one score per class: SSD, D-FINE, YOLO-NAS)
+    classes: int | None = None
 
 
 def check_model(data: bytes, model_type: str | None = None) -> CheckedModel:
@@ -160,7 +163,49 @@ def _fit(model: Any, model_type: str, adapt: bool) -> CheckedModel:
         adapted = _adapt(model, extra[0].name if extra else None, (h, w),
                          outputs[0].name if flat else None,
                          outputs[0].name if rows else None)
-    return CheckedModel(model_type, decoder, image, w, h, layout, adapted)
+    return CheckedModel(model_type, decoder, image, w, h, layout, adapted,
+                        classes=_classes(decoder, checked_outputs))
+
+
+def _classes(decoder: str, outputs: list[TensorSpec]) -> int | None:
+    """How many class ids a layout with one score per class answers (None: ids are
+    values in the output, not known before it runs)."""
+    shapes = [o.shape for o in outputs]
+    c: int | None = None
+    if decoder == "yolov8" and len(shapes) == 1 and len(shapes[0]) == 3:
+        c = shapes[0][1] - 4
+    elif decoder == "yolox" and len(shapes) == 1 and len(shapes[0]) == 3:
+        c = shapes[0][2] - 5
+    elif decoder == "yolo-anchors" and shapes and len(shapes[0]) == 4 and shapes[0][1] > 0:
+        c = shapes[0][1] // 3 - 5
+    elif decoder == "rfdetr":
+        c = max((s[-1] for s in shapes if len(s) == 3), default=0) - 1  # column 0 dropped
+    return c if c is not None and c > 0 else None
+
+
+#: Frigate's labelmap holds ids 0..90; its camera process looks every id up, so an id it
+#: lacks (with a score over 0.4) raises there (docs/frigate.md, "Labelmap")
+FRIGATE_IDS = 91
+
+
+def labelmap_fit(checked: CheckedModel, class_map: dict[int, int]) -> tuple[str | None, str]:
+    """Whether a sent model's class ids fit Frigate's labelmap (ids 0..90), through the
+    endpoint's ``class_map``: (why it is refused or None, what the answer says of it)."""
+    if checked.classes is None:
+        return None, ("class ids outside Frigate's labelmap (0..90) are dropped from "
+                      "replies")
+    ids = range(checked.classes)
+    out = [i for i in ids if not 0 <= class_map.get(i, i) < FRIGATE_IDS]
+    mapped = [i for i in ids if i in class_map]
+    if out:
+        return (f"the model answers {checked.classes} class ids (0..{checked.classes - 1}); "
+                f"Frigate's labelmap holds ids 0..{FRIGATE_IDS - 1} and its camera process "
+                f"fails on an id it lacks: ids {out[0]}..{out[-1]} are outside it. Map them "
+                "with this endpoint's class_map (e.g. class_map = { "
+                f"{out[0]} = 0 }}) or send a model of at most {FRIGATE_IDS} classes"), ""
+    if mapped:
+        return None, f"class ids {', '.join(map(str, mapped[:8]))} mapped by class_map"
+    return None, f"class ids 0..{checked.classes - 1} fit Frigate's labelmap"
 
 
 def _adapt(model: Any, sizes_input: str | None, hw: tuple[int, int],
@@ -209,7 +254,7 @@ def _adapt(model: Any, sizes_input: str | None, hw: tuple[int, int],
 def model_config(name: str, variant: str, path: Path, checked: CheckedModel,
                  color: str, max_batch_size: int = 4) -> Any:
     """The registry's ``ModelConfig`` for a checked model stored at ``path``: its one
-    fp32 variant (``edged.protocols.frigate.rungs.with_rungs`` adds the rungs built for it)."""
+    fp32 variant (``edged.delivery.rungs.with_rungs`` adds the rungs built for it)."""
     from edged.config.models import ModelConfig, VariantConfig
     from edged.config.runtimes import OnnxRuntimeOptions
 

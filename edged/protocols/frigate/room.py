@@ -31,6 +31,7 @@ from edged.host.runtime_dir import resolve_endpoints
 from edged.protocols import sockets
 from edged.protocols.admission import Admission, Ticket
 from edged.protocols.frigate.handshake import Handshake, ManagedEndpoint
+from edged.protocols.frigate.model_check import FRIGATE_IDS
 from edged.protocols.frigate.wire import (
     MAX_ROWS,
     ZEROS,
@@ -55,6 +56,9 @@ class _Endpoint:
         self.address = address
         self.router: sockets.Router | None = None  # set once bound
         self.class_map = dict(cfg.class_map)
+        #: a sent model's ids must stay in Frigate's labelmap (0..90); a configured model's
+        #: ids are the operator's (class_map and Frigate's labelmap_path)
+        self.max_id = FRIGATE_IDS - 1 if cfg.accept_models else None
         self.duration = state.metrics.frigate_duration.labels(address)
         self._requests = state.metrics.frigate_requests
         self._ok = self._requests.labels(address, cfg.model, "OK")
@@ -173,7 +177,8 @@ class FrigateRoom:
         ep.count("OK")  # counted before the reply leaves: a scrape after it sees it
         ep.duration.observe(time.monotonic() - ticket.received)
         w, h = ticket.context
-        self._reply(ep, envelope, encode_result(outcome.detections, w, h, 0.0, ep.class_map))
+        self._reply(ep, envelope, encode_result(outcome.detections, w, h, 0.0, ep.class_map,
+                                                ep.max_id))
 
     def _refuse(self, ep: _Endpoint, envelope: list[bytes], err: EdgedError) -> None:
         """Refused before admission (unknown model, not serving): counted, all zeros."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,14 +24,23 @@ import numpy as np
 
 from edged.config.frigate import FrigateConfig
 from edged.config.layouts import normalize_type
+from edged.config.rollout import RolloutConfig
+from edged.delivery.pace import OncePerMinute, Pace, peer_key
+from edged.delivery.rung_builds import RungBuilds
+from edged.delivery.rungs import FrameRing, built, drop_rungs, with_rungs
+from edged.delivery.store import StoreFull, VersionStore, default_state_dir, open_store
+from edged.delivery.watch import judge, read, window
 from edged.errors import EdgedError, InvalidArgument, Unavailable
 from edged.model.contract import Prepared
 from edged.model.model import Model
 from edged.model.request import InputMeta, Request
-from edged.protocols.frigate.model_check import ModelRefused, check_model, model_config
-from edged.protocols.frigate.rung_builds import RungBuilds
-from edged.protocols.frigate.rungs import FrameRing, built, with_rungs
-from edged.protocols.frigate.store import ModelStore, StoredModel, atomic_write, default_state_dir
+from edged.protocols.frigate.model_check import (
+    ModelRefused,
+    check_model,
+    labelmap_fit,
+    model_config,
+)
+from edged.protocols.frigate.store import FrigateModels, StoredModel, atomic_write
 from edged.protocols.frigate.wire import FrigateRequest, data_answer, request_answer
 from edged.protocols.serving import Serving
 from edged.protocols.sockets import is_local
@@ -63,6 +73,16 @@ class SentEndpoint:
     #: names whose serving model was logged, header model_types warned about (once each)
     logged: set[str] = field(default_factory=set)
     warned_types: set[str] = field(default_factory=set)
+    #: new model files per client and minute (``transfers_per_minute``)
+    pace: Pace | None = None
+    #: a refusal is logged once per client and minute, not per message
+    log_due: OncePerMinute = field(default_factory=OncePerMinute)
+    #: what the last transfer's answer says of its class ids and Frigate's labelmap
+    ids_note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.pace is None:
+            self.pace = Pace(self.cfg.transfers_per_minute)
 
 
 def log_once(logged: set[str], address: str, name: str, what: str) -> None:
@@ -74,17 +94,18 @@ def log_once(logged: set[str], address: str, name: str, what: str) -> None:
 class SentModels:
     def __init__(self, state: Serving) -> None:
         self.state = state
-        self._store: ModelStore | None = None
-        self.rungs = RungBuilds(state)
+        self.rungs = RungBuilds()
 
     @property
-    def store(self) -> ModelStore:
-        if self._store is None:
-            # beside, never inside, the installed artifacts of /var/lib/edged/models
-            root = (self.state.config.server.state_dir or default_state_dir()) / "frigate"
-            self._store = ModelStore(root)
-            log.info("frigate model store %s", root)
-        return self._store
+    def store(self) -> VersionStore:
+        """The daemon's one model store (``edged.delivery.store``)."""
+        if self.state.store is None:
+            self.state.store = open_store(self.state.config.server, self.state.metrics)
+        return self.state.store
+
+    def models(self, e: SentEndpoint) -> FrigateModels:
+        """The endpoint's versions in the store (its model is ``frigate@ENDPOINT``)."""
+        return FrigateModels(self.store, e.cfg.model)
 
     def transfer_refused(self, e: SentEndpoint) -> str | None:
         """Why this endpoint takes no model files (None: it does)."""
@@ -102,7 +123,9 @@ class SentModels:
         async with e.lock:
             if self._serving(e, name):
                 return self._ready(e, name, request_answer, True)
-            stored = await asyncio.to_thread(self.store.get, name)
+            stored = await asyncio.to_thread(self.models(e).get, name)
+            if stored is not None and self.models(e).never_again(stored.sha256):
+                stored = None  # rolled back here: Frigate's transfer is answered why
             if stored is None:
                 refused = self.transfer_refused(e)
                 return request_answer(name, False, False, refused or (
@@ -112,8 +135,14 @@ class SentModels:
             return request_answer(name, True, False, err)
         return self._ready(e, name, request_answer, True)
 
-    async def receive(self, e: SentEndpoint, name: str, data: Any) -> dict[str, Any]:
-        """``model_data``: check, store, load and answer ``model_saved``/``model_loaded``."""
+    async def receive(self, e: SentEndpoint, name: str, data: Any,
+                      peer: str = "") -> dict[str, Any]:
+        """``model_data``: check, store, load and answer ``model_saved``/``model_loaded``.
+
+        Bounded three ways before a byte is parsed: the file's size (``max_model_bytes``),
+        the client's pace (``transfers_per_minute`` new files a minute; the same bytes
+        again, as a second detector sends them at start-up, are never counted) and the
+        store's quota (``[server] max_store_bytes``)."""
         refused = self.transfer_refused(e)
         if refused:
             return data_answer(name, False, False, refused)
@@ -122,19 +151,82 @@ class SentModels:
             return data_answer(name, False, False, f"the model file is {size} bytes; this "
                                f"endpoint takes at most {limit} (max_model_bytes)")
         blob = memoryview(data).tobytes()
+        sha = await asyncio.to_thread(lambda: hashlib.sha256(blob).hexdigest())
+        client = peer_key(peer)
+        models = self.models(e)
         async with e.lock:
-            try:
-                checked = await asyncio.to_thread(check_model, blob, e.cfg.model_type)
-            except ModelRefused as exc:
-                log.warning("frigate %s: model %r refused: %s", e.address, name, exc)
-                return data_answer(name, False, False, f"edged refused {name!r}: {exc}")
-            stored = await asyncio.to_thread(self.store.put, name, blob, checked.model_type)
-            log.info("frigate %s: stored model %r (%s, %d bytes, sha256 %s)", e.address, name,
-                     checked.model_type, size, stored.sha256[:12])
+            never = await asyncio.to_thread(models.never_again, sha)
+            if never:
+                self._count(e, "refused_rolled_back")
+                return data_answer(name, False, False, f"edged refused {name!r}: these bytes "
+                                   f"were rolled back here ({never}); send a fixed model")
+            known = await asyncio.to_thread(models.by_digest, sha)
+            if known is not None:  # the same bytes (maybe under another name): no new file
+                self._count(e, "same")
+                stored = await asyncio.to_thread(models.rename, known, name)
+            else:
+                why = self._bounded(e, models, client, name, sha, size)
+                if why:
+                    return data_answer(name, False, False, why)
+                try:
+                    checked = await asyncio.to_thread(check_model, blob, e.cfg.model_type)
+                    why_ids, ids_note = labelmap_fit(checked, dict(e.cfg.class_map))
+                    if why_ids:
+                        raise ModelRefused(why_ids)
+                    e.ids_note = ids_note
+                except ModelRefused as exc:
+                    self._count(e, "refused_check")
+                    if e.log_due(client, "check"):
+                        log.warning("frigate %s: model %r from %s refused: %s", e.address,
+                                    name, client, exc)
+                    return data_answer(name, False, False, f"edged refused {name!r}: {exc}")
+                try:
+                    stored = await asyncio.to_thread(models.put, name, blob, sha,
+                                                     checked.model_type)
+                except StoreFull as exc:  # the store changed since the check above
+                    return data_answer(name, False, False, self._full(e, client, name, exc))
+                self._count(e, "stored")
+                log.info("frigate %s: stored model %r (%s, %d bytes, sha256 %s)", e.address,
+                         name, checked.model_type, size, stored.sha256[:12])
+            before = e.served.stored.sha256 if e.served is not None else None
             err = await self._serve(e, stored)
+            if err is None and before not in (None, stored.sha256):
+                # a new model replaced one that served: watched, as every delivered version
+                self.state.spawn(self._watch(e, stored))
         if err:
             return data_answer(name, True, False, err)
         return self._ready(e, name, data_answer, True)
+
+    def _bounded(self, e: SentEndpoint, models: FrigateModels, client: str, name: str,
+                 sha: str, size: int) -> str | None:
+        """Why a new file from ``client`` is refused now (the pace, the store), or None."""
+        assert e.pace is not None
+        wait = e.pace.take(client)
+        if wait is not None:
+            self._count(e, "refused_pace")
+            n = e.cfg.transfers_per_minute
+            if e.log_due(client, "pace"):
+                log.warning("frigate %s: %s sends more than %d new model files a minute; "
+                            "refusing them for %.0f s (transfers_per_minute; logged once a "
+                            "minute)", e.address, client, n, wait)
+            return (f"edged refused {name!r}: this client sent {n} new model files in the "
+                    f"last minute, the most this endpoint takes (transfers_per_minute = {n}); "
+                    f"send it again in {wait:.0f} s")
+        try:
+            models.admit(sha, size)
+        except StoreFull as exc:
+            return self._full(e, client, name, exc)
+        return None
+
+    def _full(self, e: SentEndpoint, client: str, name: str, exc: StoreFull) -> str:
+        self._count(e, f"refused_{exc.reason}")
+        if e.log_due(client, exc.reason):
+            log.error("frigate %s: model %r from %s refused: %s (logged once a minute per "
+                      "client)", e.address, name, client, exc)
+        return f"edged refused {name!r}: {exc}"
+
+    def _count(self, e: SentEndpoint, outcome: str) -> None:
+        self.state.metrics.frigate_transfers.labels(e.address, outcome).inc()
 
     def _serving(self, e: SentEndpoint, name: str) -> bool:
         m = self.state.registry.find(e.cfg.model)
@@ -146,13 +238,19 @@ class SentModels:
         s = e.served
         log_once(e.logged, e.address, name, f"the model Frigate sent ({s.model_type}, sha256 "
                  f"{s.stored.sha256[:12]}) as edged model {e.cfg.model!r}")
-        return answer(name, flag, True, f"served by edged as {e.cfg.model!r} ({s.model_type})")
+        note = f"; {e.ids_note}" if e.ids_note else ""
+        return answer(name, flag, True, f"served by edged as {e.cfg.model!r} "
+                      f"({s.model_type}){note}")
 
     # -- loading and switching ------------------------------------------------------------
     async def preload(self, e: SentEndpoint) -> None:
         """At start: serve what this endpoint served before the restart."""
         try:
-            stored = await asyncio.to_thread(self.store.last_for, e.address)
+            stored = await asyncio.to_thread(self.models(e).last_served)
+            if stored is None:  # a device upgraded from the store before the one store
+                stored = await asyncio.to_thread(
+                    self.models(e).adopt_legacy,
+                    self.state.config.server.state_dir or default_state_dir(), e.address)
         except OSError as exc:
             log.error("frigate %s: model store unreadable: %s", e.address, exc)
             return
@@ -167,7 +265,7 @@ class SentModels:
         if (e.served is not None and e.served.stored.sha256 == stored.sha256
                 and self._serving(e, e.served.stored.name)):
             e.served.stored = stored  # the same bytes under a new name
-            await asyncio.to_thread(self.store.served_by, e.address, stored.name)
+            await asyncio.to_thread(self.models(e).served, stored)
             return None
         return await self._switch(e, stored)
 
@@ -185,13 +283,13 @@ class SentModels:
         e.served = _Served(stored, model_type, path, ring, fits=fits)
         if done:
             await asyncio.to_thread(self.rungs.restored, e.address, path, model.variant_names)
-        await asyncio.to_thread(self.store.served_by, e.address, stored.name)
+        await asyncio.to_thread(self.models(e).served, stored)
         return None
 
     async def _load(self, e: SentEndpoint, stored: StoredModel
                     ) -> tuple[Model, str, Path, tuple[str, ...]]:
         def prepare() -> Any:
-            if not self.store.verify(stored):
+            if not self.models(e).verify(stored):
                 raise ModelRefused(f"{stored.path} no longer matches its sha256")
             data = stored.path.read_bytes()
             want = e.cfg.model_type or stored.model_type or None
@@ -226,7 +324,7 @@ class SentModels:
             if e.served is None:
                 return
             stored = replace(e.served.stored, model_type=model_type)
-            await asyncio.to_thread(self.store.retype, stored.name, model_type)
+            await asyncio.to_thread(self.models(e).retype, stored, model_type)
             err = await self._switch(e, stored)
         if err:
             log.error("frigate %s: could not serve %r as %s: %s", e.address, stored.name,
@@ -243,6 +341,10 @@ class SentModels:
             s = e.served
             if s is None:
                 return "the endpoint serves nothing any more"
+            # the rungs' files count in the store's quota like the model's own
+            over = await asyncio.to_thread(self._rungs_fit, e, s)
+            if over:
+                return over
             m = self.state.registry.find(e.cfg.model)
             if m is not None:
                 mc = await asyncio.to_thread(with_rungs, m.cfg, s.path)
@@ -251,6 +353,51 @@ class SentModels:
                     self.rungs.status(e.address, variants=m.variant_names)
                     return None
             return await self._switch(e, s.stored)
+
+    def _rungs_fit(self, e: SentEndpoint, s: _Served) -> str | None:
+        """Count the rungs' bytes in the store (evicting older versions for them); when
+        they do not fit even so, remove them and say why (blocking)."""
+        models = self.models(e)
+        models.grew(s.stored)
+        over = self.store.over_quota()
+        if not over:
+            return None
+        why = (f"the rungs would put the model store {over} bytes over its quota "
+               f"([server] max_store_bytes = {self.store.max_bytes}); they were removed")
+        drop_rungs(s.stored.path, why)
+        models.grew(s.stored)
+        return why
+
+    async def _watch(self, e: SentEndpoint, stored: StoredModel) -> None:
+        """The watch window of ``edged.delivery.watch`` after a new model replaced one:
+        errors or deadline misses above ``[models.rollout]``'s defaults roll it back to the
+        model it replaced, which is never served again here."""
+        cfg = RolloutConfig()
+        metrics, name = self.state.metrics, e.cfg.model
+        start = read(metrics, name)
+        end = start.at + cfg.watch_s
+        while True:
+            await asyncio.sleep(1.0)
+            if e.served is None or e.served.stored.sha256 != stored.sha256:
+                return  # replaced meanwhile: its own watch decides
+            why = judge(window(start, read(metrics, name)), None, cfg)
+            if why is not None:
+                break
+            if read(metrics, name).at >= end:
+                return
+        async with e.lock:
+            models = self.models(e)
+            fb = await asyncio.to_thread(models.fallback)
+            if e.served is None or e.served.stored.sha256 != stored.sha256 or fb is None:
+                return
+            log.error("frigate %s: model %r regressed in its watch window: %s; serving %r "
+                      "again (the regressed model is never served here again)", e.address,
+                      stored.name, why, fb.name)
+            err = await self._switch(e, fb)
+            await asyncio.to_thread(models.rolled_back, stored, why)
+        metrics.model_updates.labels(name, "rolled_back", why.split(":", 1)[0]).inc()
+        if err:
+            log.error("frigate %s: rolling back to %r failed: %s", e.address, fb.name, err)
 
     # -- the inference side ----------------------------------------------------------------
     def prepare(self, e: SentEndpoint, model: Model, req: FrigateRequest,
@@ -296,9 +443,12 @@ class SentModels:
         sent.ring.add(next(iter(feeds.values())))
         if sent.ring.full:
             sent.rung_started = True
-            self.state.spawn(self.rungs.build(e.address, sent.path, sent.model_type,
-                                              e.cfg.input_pixel_format, sent.ring,
-                                              lambda: self._offer_rung(e)))
+            ring = sent.ring
+            self.state.spawn(self.rungs.build(
+                e.address, f"frigate {e.address}", sent.path,
+                ["edged.protocols.frigate.build_rungs", "--model-type", sent.model_type,
+                 "--color", e.cfg.input_pixel_format], ring.save, len(ring),
+                "frames Frigate sent", lambda: self._offer_rung(e)))
 
 
 async def _retire(m: Model) -> None:

@@ -1,38 +1,30 @@
-"""Model files that clients sent, kept content-addressed under the state directory.
+"""The models Frigate sent, as one endpoint sees them in the daemon's one model store.
 
-Why content-addressed: Frigate names a model by its file's basename, and a changed file
-with the same name is a different model; storing bytes under their SHA-256 and keeping
-a small ``name -> hash`` index means a re-sent name replaces what it points at, the same
-bytes are stored once, and a half-written file can never be served (each file and the
-index are written to a temporary file, fsynced and renamed into place).
-
-Layout under ``root``::
-
-    models/<sha256>.onnx     the bytes as sent
-    index.json               {"names": {NAME: {"sha256", "model_type", "stored_at"}},
-                              "endpoints": {ENDPOINT: NAME}}
+Why a view and not a store of its own: every version that arrives on a device goes into
+``edged.delivery.store`` (one quota, one eviction rule, one index a restart reads), and a
+model file Frigate sends is one kind of version. Frigate names a model by its file's
+basename and a changed file with the same name is a different model, so a version here is
+the file's bytes under their SHA-256 (``<sha256>.onnx`` in the version's folder, its rungs
+beside it), named by the basename Frigate sent, of the endpoint's model
+``frigate@ENDPOINT``; the same bytes under another name are stored once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import logging
 import os
 import re
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-log = logging.getLogger("edged.model_store")
+from edged.delivery.store import Version, VersionStore, atomic_write, default_state_dir
+
+__all__ = ["FrigateModels", "StoredModel", "atomic_write", "check_name", "default_state_dir"]
 
 #: what a stored model's name may look like (a file's basename, as Frigate sends it)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
-_HASH = re.compile(r"^[0-9a-f]{64}$")
-MAX_INDEX_BYTES = 4 << 20
+SUFFIX = ".onnx"
 
 
 def check_name(name: object) -> str | None:
@@ -45,17 +37,6 @@ def check_name(name: object) -> str | None:
     return None
 
 
-def default_state_dir() -> Path:
-    """``$STATE_DIRECTORY`` (systemd's StateDirectory=), else ``$XDG_STATE_HOME/edged``,
-    else ``~/.local/state/edged``."""
-    env = os.environ.get("STATE_DIRECTORY")
-    if env:
-        return Path(env.split(":")[0])
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
-    return base / "edged"
-
-
 @dataclass(frozen=True)
 class StoredModel:
     name: str
@@ -64,46 +45,29 @@ class StoredModel:
     model_type: str
 
 
-class ModelStore:
-    """One state directory's stored models; used from one thread at a time per call."""
+def _stored(v: Version) -> StoredModel:
+    return StoredModel(v.name, v.digest, v.file(f"{v.digest}{SUFFIX}"),
+                       str(v.meta.get("model_type", "")))
 
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        self.models_dir = self.root / "models"
-        self.index_path = self.root / "index.json"
 
-    def _index(self) -> dict[str, Any]:
-        try:
-            raw = self.index_path.read_bytes()
-        except FileNotFoundError:
-            return {"names": {}, "endpoints": {}}
-        if len(raw) > MAX_INDEX_BYTES:
-            raise ValueError(f"{self.index_path}: over {MAX_INDEX_BYTES} bytes")
-        data = json.loads(raw)
-        if not isinstance(data, dict):
-            raise ValueError(f"{self.index_path}: not a JSON object")
-        names = data.get("names") if isinstance(data.get("names"), dict) else {}
-        endpoints = data.get("endpoints") if isinstance(data.get("endpoints"), dict) else {}
-        return {"names": names, "endpoints": endpoints}
+class FrigateModels:
+    """One ``accept_models`` endpoint's versions (its model is ``frigate@ENDPOINT``)."""
 
-    def _read_index(self) -> dict[str, Any]:
-        """The index, or an empty one (logged) when it is unreadable: a damaged index
-        costs a new transfer, never the daemon."""
-        try:
-            return self._index()
-        except (OSError, ValueError) as e:
-            log.error("model store index unreadable, starting empty: %s", e)
-            return {"names": {}, "endpoints": {}}
+    def __init__(self, store: VersionStore, model: str) -> None:
+        self.store = store
+        self.model = model
 
     def get(self, name: str) -> StoredModel | None:
-        """The model stored under ``name`` whose file is present and intact, else None."""
-        entry = self._read_index()["names"].get(name)
-        if not isinstance(entry, dict) or not _HASH.match(str(entry.get("sha256", ""))):
+        """The newest version sent as ``name`` whose file is present, else None."""
+        v = self.store.find(self.model, name)
+        if v is None:
             return None
-        path = self.models_dir / f"{entry['sha256']}.onnx"
-        if not path.is_file():
-            return None
-        return StoredModel(name, entry["sha256"], path, str(entry.get("model_type", "")))
+        s = _stored(v)
+        return s if s.path.is_file() else None
+
+    def by_digest(self, sha256: str) -> StoredModel | None:
+        v = self.store.get(self.model, sha256)
+        return _stored(v) if v is not None and _stored(v).path.is_file() else None
 
     def verify(self, stored: StoredModel) -> bool:
         """The file still hashes to its name (a disk error or an edit would not)."""
@@ -113,63 +77,77 @@ class ModelStore:
                 h.update(chunk)
         return h.hexdigest() == stored.sha256
 
-    def last_for(self, endpoint: str) -> StoredModel | None:
-        """The model an endpoint served last (preloaded at start)."""
-        name = self._read_index()["endpoints"].get(endpoint)
-        return self.get(name) if isinstance(name, str) else None
+    def last_served(self) -> StoredModel | None:
+        """The version the endpoint served last (preloaded at start)."""
+        v = self.store.serving(self.model)
+        return _stored(v) if v is not None and _stored(v).path.is_file() else None
 
-    def put(self, name: str, data: bytes, model_type: str) -> StoredModel:
-        """Store ``data`` under its hash and point ``name`` at it (atomic)."""
+    def fallback(self) -> StoredModel | None:
+        """The version the endpoint served before the one it serves."""
+        v = self.store.fallback(self.model)
+        return _stored(v) if v is not None and _stored(v).path.is_file() else None
+
+    def never_again(self, sha256: str) -> str | None:
+        """Why these bytes are never served again here (they were rolled back), or None."""
+        return self.store.never_again(self.model, sha256)
+
+    def rolled_back(self, stored: StoredModel, why: str) -> None:
+        self.store.demote(self.model, stored.sha256, why, never=True, source="frigate")
+
+    def admit(self, sha256: str, size: int) -> None:
+        """``StoreFull`` when a new file of ``size`` bytes cannot fit the store's bounds."""
+        self.store.admit(self.model, sha256, size)
+
+    def put(self, name: str, data: bytes, sha256: str, model_type: str) -> StoredModel:
+        """Store ``data`` as a version named ``name`` (``StoreFull`` when it cannot fit)."""
         why = check_name(name)
         if why:
             raise ValueError(why)
-        sha = hashlib.sha256(data).hexdigest()
-        self.models_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = self.models_dir / f"{sha}.onnx"
-        if not path.is_file():
-            atomic_write(path, data)
-        index = self._read_index()
-        index["names"][name] = {"sha256": sha, "model_type": model_type,
-                                "stored_at": round(time.time(), 3)}
-        self._write_index(index)
-        return StoredModel(name, sha, path, model_type)
+        v = self.store.put_file(self.model, name, data, sha256, SUFFIX,
+                                {"model_type": model_type, "source": "frigate"})
+        return _stored(v)
 
-    def retype(self, name: str, model_type: str) -> None:
-        """Record that ``name`` is served as ``model_type`` (Frigate's header said so)."""
-        index = self._read_index()
-        entry = index["names"].get(name)
-        if isinstance(entry, dict) and entry.get("model_type") != model_type:
-            entry["model_type"] = model_type
-            self._write_index(index)
+    def rename(self, stored: StoredModel, name: str) -> StoredModel:
+        self.store.rename(self.model, stored.sha256, name)
+        return StoredModel(name, stored.sha256, stored.path, stored.model_type)
 
-    def served_by(self, endpoint: str, name: str) -> None:
-        """Remember which stored model an endpoint serves (for the next start)."""
-        index = self._read_index()
-        if index["endpoints"].get(endpoint) == name:
-            return
-        index["endpoints"][endpoint] = name
-        self._write_index(index)
+    def retype(self, stored: StoredModel, model_type: str) -> None:
+        """Record that the version is served as ``model_type`` (Frigate's header said so)."""
+        self.store.set_meta(self.model, stored.sha256, model_type=model_type)
 
-    def _write_index(self, index: dict[str, Any]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write(self.index_path, json.dumps(index, indent=1, sort_keys=True).encode())
+    def served(self, stored: StoredModel) -> None:
+        """The endpoint serves ``stored`` now (for the next start; what served before is
+        its fallback, kept by the store's bounds)."""
+        self.store.promote(self.model, stored.sha256)
 
+    def adopt_legacy(self, state_dir: Path, address: str) -> StoredModel | None:
+        """The model this endpoint served under the store of edged before the one store
+        (``STATE_DIR/frigate/index.json`` + ``models/<sha256>.onnx``): moved into this
+        store, with the rungs built beside it, so an upgraded device serves it again
+        without a transfer. None when there is none (blocking)."""
+        old = state_dir / "frigate"
+        try:
+            index = json.loads((old / "index.json").read_text())
+            name = index["endpoints"][address]
+            entry = index["names"][name]
+            sha, model_type = str(entry["sha256"]), str(entry.get("model_type", ""))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        src = old / "models" / f"{sha}{SUFFIX}"
+        if check_name(name) or not re.fullmatch(r"[0-9a-f]{64}", sha) or not src.is_file():
+            return None
+        data = src.read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha:
+            return None
+        stored = self.put(name, data, sha, model_type)
+        for p in (old / "models").glob(f"{sha}.*"):
+            if p.name != src.name and p.is_file():
+                os.replace(p, stored.path.parent / p.name)
+        src.unlink()
+        self.served(stored)
+        self.grew(stored)
+        return stored
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write beside ``path``, fsync, rename over it, fsync the folder."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    def grew(self, stored: StoredModel) -> None:
+        """Rungs were written beside the model: counted, and the bounds enforced."""
+        self.store.refresh(stored.sha256)

@@ -109,11 +109,17 @@ def _to_uint8(arr: np.ndarray) -> np.ndarray:
 
 
 def encode_result(detections: np.ndarray, width: int, height: int, min_score: float,
-                  class_map: dict[int, int]) -> bytes:
+                  class_map: dict[int, int], max_id: int | None = None) -> bytes:
     """Detections ``[K, >=6]`` (x1, y1, x2, y2 in tensor pixels, score, class; best first)
-    -> Frigate's 480-byte float32 ``[20, 6]``."""
+    -> Frigate's 480-byte float32 ``[20, 6]``. With ``max_id`` (a sent model: Frigate's
+    labelmap ends at 90), a row whose id, after ``class_map``, is above it is left out:
+    Frigate's camera process fails on an id its labelmap lacks."""
     out = np.zeros((MAX_ROWS, 6), np.float32)
-    d = detections[detections[:, 4] >= min_score][:MAX_ROWS] if detections.size else detections
+    d = detections[detections[:, 4] >= min_score] if detections.size else detections
+    if max_id is not None and d.size:
+        ids = np.array([class_map.get(int(c), int(c)) for c in d[:, 5]])
+        d = d[(ids >= 0) & (ids <= max_id)]
+    d = d[:MAX_ROWS]
     k = d.shape[0]
     if k:
         classes = d[:, 5].astype(np.int64)

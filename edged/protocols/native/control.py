@@ -31,6 +31,12 @@ CONTROL_OPS: dict[str, ControlOp] = {op.name: op for op in (
     ControlOp("unload", ("model",), "drain and unload a model"),
     ControlOp("level", ("level",), "pin a governor level by name, or 'auto'"),
     ControlOp("swap", ("model", "variant"), "switch a model to one of its variants"),
+    ControlOp("pull", ("model",), "fetch, check and switch to a delivered model's new "
+              "version (the source's current one, or 'version')"),
+    ControlOp("promote", ("model", "version"), "switch a delivered model to a version by hand "
+              "(gated; pulled first when it is not stored)"),
+    ControlOp("rollback", ("model",), "serve a delivered model's previous version again; the "
+              "current one is never taken again from its source"),
 )}
 
 

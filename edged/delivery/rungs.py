@@ -1,20 +1,22 @@
-"""The rungs of a model Frigate sent: where they are stored, and the ladder they make.
+"""The rungs a model gets on the device: where they are stored, and the ladder they make.
 
-Why here: no detector server builds a ladder for a model a client hands it; edged builds
-one (``edged.protocols.frigate.build_rungs``, a child process at the lowest priority on one core)
-from the frames Frigate sent, and this module is what the daemon knows of it: the ring
-of frames kept for the build, the files beside a stored model (``<sha>`` is its name's
-stem), and the ``ModelConfig`` ladder they give after a build or a restart.
+Why here: no detector server builds a ladder for a model a client hands it, and a version
+delivered with only its fp32 model has none; edged builds one (``edged.delivery.
+build_rungs``, a child process at the lowest priority on one core) from the model's own
+inputs (frames Frigate sent, a version's validation rows), and this module is what the
+daemon knows of it: the ring of frames kept for the build, the files beside a stored
+model (``<stem>`` is its file name's stem: a sent model's sha256, a version's top
+variant), and the ``ModelConfig`` ladder they give after a build or a restart.
 
-The rungs, each a file beside the stored model:
+The rungs, each a file beside the model in its version folder:
 
-- ``int8``: ONNX Runtime static QDQ, Conv only (``<sha>.int8.onnx``);
+- ``int8``: ONNX Runtime static QDQ, Conv only (``<stem>.int8.onnx``);
 - ``ov-fp32``: with OpenVINO installed, the same graph as OpenVINO IR with full-precision
-  weights (``<sha>.ov-fp32.xml`` + ``.bin``), served with the f32 hint;
+  weights (``<stem>.ov-fp32.xml`` + ``.bin``), served with the f32 hint;
 - ``ov-int8``: the QDQ model as IR, run by OpenVINO's own int8 kernels on x86.
 
-Each rung's outcome is in ``<sha>.<rung>.json`` (accepted by the check or why not, its
-speed), the ladder in ``<sha>.ladder.json`` (heaviest first; ``fp32`` is the served model
+Each rung's outcome is in ``<stem>.<rung>.json`` (accepted by the check or why not, its
+speed), the ladder in ``<stem>.ladder.json`` (heaviest first; ``fp32`` is the served model
 itself), so a restart serves the same ladder without a rebuild.
 """
 
@@ -161,6 +163,22 @@ def ladder_keys(model: Path) -> list[str]:
     if not usable or (usable[0] != TOP and RUNGS[usable[0]].precision != "fp32"):
         usable.insert(0, TOP)
     return usable
+
+
+def drop_rungs(model: Path, why: str) -> None:
+    """Remove every rung of ``model`` and record a build that found none (so none is
+    started again): the store's quota had no room for them."""
+    import shutil
+
+    keep = {model.name, model.with_suffix(".serve.onnx").name}
+    for p in model.parent.iterdir():
+        if p.name in keep:
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    ladder_path(model).write_text(json.dumps({"ladder": [TOP], "error": why}))
 
 
 def variant(top: Any, model: Path, key: str, threads: int = 0) -> Any:

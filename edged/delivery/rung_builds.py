@@ -1,13 +1,14 @@
-"""Builds the rungs of a model Frigate sent, in the background, and reports on them.
+"""Builds a model's rungs in the background, and reports on them.
 
-Why a room of its own: the build is a child process
-(``edged.protocols.frigate.build_rungs``: an ONNX Runtime INT8 rung, and with OpenVINO
-installed its FP32 and INT8 rungs) at the lowest priority on one core, started once an
-endpoint's ring holds enough frames Frigate sent; this module starts it, turns its progress
-lines and its outcome (the ladder, each rung accepted, refused, skipped or left off, and
-why) into the endpoint's entry in ``edged status`` (``frigate_rungs``) and the log, and
-hands a ladder with more than the served model back to ``frigate_sent`` to be offered to the
-governor. Nothing here touches a request.
+Why apart from the build: the build is a child process (``edged.delivery.build_rungs``: an
+ONNX Runtime INT8 rung, and with OpenVINO installed its FP32 and INT8 rungs) at the lowest
+priority on one core; this module starts it (for a model Frigate sent, once its endpoint's
+ring holds enough frames; for a delivered version whose ladder has no rung below its top,
+on its validation rows), turns its progress lines and its outcome (the ladder, each rung
+accepted, refused, skipped or left off, and why) into an entry of ``edged status`` (an
+endpoint's ``frigate_rungs``, a delivered model's ``delivery``) and the log, and hands a
+ladder with more than the served model back to whoever offers it to the governor. Nothing
+here touches a request.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from edged.protocols.frigate.rungs import TOP, FrameRing, ladder_path, lowest_priority_one_core
-from edged.protocols.serving import Serving
+from edged.delivery.rungs import TOP, ladder_path, lowest_priority_one_core
 
-log = logging.getLogger("edged.frigate")
+log = logging.getLogger("edged.rungs")
 
 
 def _child_env() -> dict[str, str]:
@@ -75,9 +75,8 @@ def outcome(record: dict[str, Any], variants: list[str] | None = None) -> dict[s
 
 
 class RungBuilds:
-    def __init__(self, state: Serving) -> None:
-        self.state = state
-        #: each endpoint's rung build as ``edged status`` shows it (``frigate_rungs``)
+    def __init__(self) -> None:
+        #: each key's (an endpoint's, a model's) rung build as ``edged status`` shows it
         self.entries: dict[str, dict[str, Any]] = {}
 
     def status(self, address: str, **entry: Any) -> None:
@@ -93,48 +92,49 @@ class RungBuilds:
             record = {"ladder": [TOP, "int8"] if len(variants) > 1 else [TOP]}
         self.status(address, model=served.name, **outcome(record, variants))
 
-    async def build(self, address: str, served: Path, model_type: str, color: str,
-                    ring: FrameRing, offer: Callable[[], Awaitable[str | None]]) -> None:
-        """Build, check and time the rungs of ``served`` from ``ring``; ``offer`` the
-        ladder when it has more than the served model."""
-        self.status(address, state="building", model=served.name, frames=len(ring),
-                    error=None)
-        log.info("frigate %s: building rungs (INT8, and OpenVINO's when it is installed) "
-                 "for %s from %d frames Frigate sent (background, nice 19, one core)",
-                 address, served.name, len(ring))
+    async def build(self, key: str, who: str, served: Path, child: list[str],
+                    save_frames: Callable[[Path], None], frames: int, source: str,
+                    offer: Callable[[], Awaitable[str | None]] | None = None) -> dict[str, Any]:
+        """Build, check and time the rungs of ``served`` in the child ``python -m
+        CHILD[0] SERVED FRAMES.npz CHILD[1:]`` from the ``frames`` input tensors
+        ``save_frames`` writes; ``offer`` the ladder when it has more than the served
+        model. ``key`` names the status entry, ``who`` the log lines. The outcome entry."""
+        self.status(key, state="building", model=served.name, frames=frames, error=None)
+        log.info("%s: building rungs (INT8, and OpenVINO's when it is installed) for %s from "
+                 "%d %s (background, nice 19, one core)", who, served.name, frames, source)
         with tempfile.TemporaryDirectory(prefix="edged-rung-") as tmp:
-            frames = Path(tmp) / "frames.npz"
-            await asyncio.to_thread(ring.save, frames)
-            record = await self._run(address, served, frames, model_type, color, Path(tmp))
+            path = Path(tmp) / "frames.npz"
+            await asyncio.to_thread(save_frames, path)
+            record = await self._run(key, who, served, path, child, Path(tmp))
         entry = outcome(record)
-        for key, fate in entry["rungs"].items():
+        for rung, fate in entry["rungs"].items():
             if fate["state"] == "on the ladder":
-                log.info("frigate %s: rung %s accepted (%s)", address, key, fate.get("check"))
+                log.info("%s: rung %s accepted (%s)", who, rung, fate.get("check"))
             else:
-                log.warning("frigate %s: rung %s %s: %s", address, key, fate["state"],
-                            fate.get("reason"))
-        if entry["state"] != "offered":
-            self.status(address, **entry)
-            log.warning("frigate %s: no rung offered: %s", address, entry["progress"])
-            return
+                log.warning("%s: rung %s %s: %s", who, rung, fate["state"], fate.get("reason"))
+        if entry["state"] != "offered" or offer is None:
+            self.status(key, **entry)
+            if entry["state"] != "offered":
+                log.warning("%s: no rung offered: %s", who, entry["progress"])
+            return entry
         err = await offer()
         if err:
-            self.status(address, **{**entry, "state": "failed", "error": err})
-            log.error("frigate %s: rungs built but not offered: %s", address, err)
-            return
-        self.status(address, **entry)
-        log.info("frigate %s: ladder %s offered to the governor", address,
-                 " > ".join(entry["ladder"]))
+            entry = {**entry, "state": "failed", "error": err}
+            self.status(key, **entry)
+            log.error("%s: rungs built but not offered: %s", who, err)
+            return entry
+        self.status(key, **entry)
+        log.info("%s: ladder %s offered to the governor", who, " > ".join(entry["ladder"]))
+        return entry
 
-    async def _run(self, address: str, served: Path, frames: Path, model_type: str,
-                   color: str, cwd: Path) -> dict[str, Any]:
+    async def _run(self, key: str, who: str, served: Path, frames: Path, child: list[str],
+                   cwd: Path) -> dict[str, Any]:
         """The child runs in ``cwd`` (a temporary folder): ONNX Runtime's quantizer leaves
         files in its working directory."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "edged.protocols.frigate.build_rungs", str(served), str(frames),
-            "--model-type", model_type, "--color", color, "--low-priority",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(cwd),
-            env=_child_env())
+            sys.executable, "-m", child[0], str(served), str(frames), *child[1:],
+            "--low-priority", stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, cwd=str(cwd), env=_child_env())
         lowest_priority_one_core(proc.pid)  # from its start, not after its imports
         last = ""
         try:
@@ -145,8 +145,8 @@ class RungBuilds:
                     continue
                 last = line
                 if not line.startswith("{"):
-                    self.status(address, progress=line[:200])
-                    log.info("frigate %s: rungs: %s", address, line[:200])
+                    self.status(key, progress=line[:200])
+                    log.info("%s: rungs: %s", who, line[:200])
             await proc.wait()
         except asyncio.CancelledError:  # the daemon stops: so does the build
             proc.kill()

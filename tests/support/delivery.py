@@ -1,0 +1,157 @@
+"""Real parts for delivery tests: an OCI registry (Debian's ``docker-registry``, the CNCF
+distribution registry) on loopback, a web server that honours ``Range`` (and can cut a
+file short once, as a dropped connection does), EC key pairs, and what ``edged compile``
+writes for the shipped digits model, ready for ``edged publish``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from edged.testing.delivery import NoRegistry, keypair
+from edged.testing.delivery import registry as _registry
+from support.paths import MODELS
+
+__all__ = ["compiled", "keypair", "registry", "slow_digits", "web_server"]
+
+
+@contextlib.contextmanager
+def registry(root: Path) -> Iterator[str]:
+    """The registry of ``edged.testing.delivery``; the test skips where it is absent."""
+    try:
+        with _registry(root) as host:
+            yield host
+    except NoRegistry as e:
+        pytest.skip(str(e))
+
+
+def compiled(folder: Path, top: str = "cnn-fp32", flip_labels: float = 0.0,
+             rungs: bool = True) -> Path:
+    """What ``edged compile`` wrote for the digits model: ``top`` (and the INT8 rung below
+    it when ``top`` is cnn-fp32, unless ``rungs`` is false) with their golden files,
+    ``variants.toml``, the contract and the validation set; ``flip_labels`` of the labels
+    are changed (a validation set the model is that much less accurate on)."""
+    folder.mkdir(parents=True)
+    ladder = [top] + (["cnn-int8"] if top == "cnn-fp32" and rungs else [])
+    lines = []
+    for name in ladder:
+        for suffix in (".onnx", ".onnx.golden.npz"):
+            shutil.copy(MODELS / f"{name}{suffix}", folder / f"{name}{suffix}")
+        lines += ["[[models.variants]]", f'name = "{name}"', 'backend = "onnxruntime"',
+                  f'path = "../somewhere/{name}.onnx"', "[models.variants.options]",
+                  "threads = 1", ""]
+    (folder / "variants.toml").write_text("\n".join(lines))
+    card = json.loads((MODELS / "model.json").read_text())
+    (folder / "model.json").write_text(json.dumps(card))
+    with np.load(MODELS / "validation.npz") as z:
+        x, y = z["x"], z["y"].copy()
+    n = round(flip_labels * len(y))
+    y[:n] = (y[:n] + 1) % 10
+    np.savez(folder / "validation.npz", x=x, y=y)
+    return folder
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """A static file server that honours ``Range: bytes=N-`` (206) and, for files named in
+    ``cut``, sends half of the first response and closes the connection."""
+
+    cut: ClassVar[set[str]] = set()
+    #: files sent slowly (64 KiB every 50 ms): a download that takes a while
+    slow: ClassVar[set[str]] = set()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = Path(self.translate_path(self.path))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        start = 0
+        rng = self.headers.get("Range")
+        if rng and rng.startswith("bytes=") and rng.endswith("-"):
+            start = int(rng[6:-1])
+        body = data[start:]
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if path.name in self.cut:
+            self.cut.discard(path.name)
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(2)
+            return
+        if path.name in self.slow:
+            for i in range(0, len(body), 1 << 16):
+                try:
+                    self.wfile.write(body[i:i + (1 << 16)])
+                except OSError:
+                    return
+                time.sleep(0.05)
+            return
+        self.wfile.write(body)
+
+
+@contextlib.contextmanager
+def web_server(root: Path) -> Iterator[tuple[str, type[RangeHandler]]]:
+    handler = type("Handler", (RangeHandler,), {"cut": set(), "slow": set()})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                          functools.partial(handler, directory=str(root)))
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", handler
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def slow_digits(path: Path, trips: int = 15000) -> Path:
+    """The digits CNN with the same answers, each batch waiting for a Loop of ``trips``
+    Tanh steps started from the input (ONNX Runtime cannot fold it away): a version that
+    passes the accuracy gate and answers several times slower."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    m = onnx.load(str(MODELS / "cnn-fp32.onnx"))
+    g = m.graph
+    out = g.output[0].name
+    inp = g.input[0].name
+    for node in g.node:
+        node.output[:] = [f"{out}__raw" if o == out else o for o in node.output]
+    body = helper.make_graph(
+        [helper.make_node("Tanh", ["h_in"], ["h_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1])])
+    g.initializer.extend([numpy_helper.from_array(np.array(trips, np.int64), "slow_trips"),
+                          numpy_helper.from_array(np.array(True), "slow_cond"),
+                          numpy_helper.from_array(np.array([1], np.int64), "slow_one"),
+                          numpy_helper.from_array(np.array([0.0], np.float32), "slow_zero")])
+    g.node.extend([
+        helper.make_node("ReduceMean", [inp], ["slow_mean"], keepdims=0),
+        helper.make_node("Reshape", ["slow_mean", "slow_one"], ["slow_h0"]),
+        helper.make_node("Loop", ["slow_trips", "slow_cond", "slow_h0"], ["slow_h"], body=body),
+        helper.make_node("Mul", ["slow_h", "slow_zero"], ["slow_z"]),
+        helper.make_node("Add", [f"{out}__raw", "slow_z"], [out])])
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    return path

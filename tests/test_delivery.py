@@ -1,0 +1,290 @@
+"""Model delivery with real parts (issue 30, edged/delivery/, edged/server/delivery.py): a
+version published once with ``edged publish`` (signed with a key pair made here, offline)
+reaches a running daemon from a real OCI registry (Debian's ``docker-registry``, started
+by the test), from a folder and from a local web server; every bad input is refused with
+its reason while the old version serves on.
+
+One daemon serves three copies of the shipped digits model, each with a source of one
+kind; each test publishes to its source and pulls with ``edged ctl pull``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from support.configs import DIGITS_PREPROCESS, config, model_table, variant
+from support.daemons import Daemon
+from support.delivery import compiled, keypair, registry, web_server
+from support.digits import X, Y, run_edged, tensor
+from support.paths import MODELS
+
+from edged.delivery.bundle import pack
+from edged.delivery.sources import open_source
+from edged.delivery.trust import sign
+
+pytest.importorskip("model_signing", reason="delivery needs pip install 'edged[delivery]'")
+pytest.importorskip("oras", reason="delivery needs pip install 'edged[delivery]'")
+
+MODELS_ = ("digits", "digits_oci", "digits_http")
+
+
+class World:
+    """The daemon, its sources and the keys."""
+
+    def __init__(self, tmp: Path, oci: str, web: str, cut: Any) -> None:
+        self.tmp, self.oci, self.web, self.cut = tmp, oci, web, cut
+        self.key, self.pub = keypair(tmp)
+        self.other_key, _ = keypair(tmp, "stranger")
+        self.folder = tmp / "repo"
+        self.www = tmp / "www"
+        self.d: Daemon | None = None
+        self.n = 0
+
+    def url(self, model: str) -> str:
+        return {"digits": f"file://{self.folder}", "digits_oci":
+                f"oci://{self.oci}/edged/digits:stable", "digits_http": self.web}[model]
+
+    def publish_dir(self, model: str) -> str:
+        """Where ``edged publish --to`` writes for ``model`` (the web server's folder)."""
+        return str(self.www) if model == "digits_http" else self.url(model)
+
+    def publish(self, model: str, version: str, src: Path, key: Path | None = None,
+                tamper: Any = None, accuracy: float = 0.9978) -> None:
+        """Pack, sign (with ``key``, default the publisher's; None after ``tamper``), and
+        put it at the model's source; ``tamper(bundle)`` changes it after signing."""
+        out = self.tmp / f"bundle-{model}-{version}"
+        m = pack(src, out, model, version, accuracy)
+        if key is not False:
+            sign(out, key or self.key)
+        if tamper is not None:
+            tamper(out)
+        source = open_source(self.publish_dir(model), insecure=True)
+        tag = ("stable",) if model == "digits_oci" else ()
+        source.publish(out, model, version, m.digest, tag)
+
+    def pull(self, model: str, version: str | None = None) -> dict[str, Any]:
+        assert self.d is not None
+        msg: dict[str, Any] = {"op": "pull", "model": model}
+        if version:
+            msg["version"] = version
+        return self.d.ctl(msg, timeout=180)
+
+    def serving(self, model: str) -> str:
+        """The variant that answers a request now (it names the version)."""
+        assert self.d is not None
+        with self.d.client(timeout_s=30) as c:
+            r = c.infer(model, tensor(0))
+            assert r.ok and int(np.argmax(r.outputs["logits"])) == int(Y[0])
+            return str(r.variant)
+
+
+def daemon_config(w: World) -> Path:
+    tables = []
+    for m in MODELS_:
+        extra = (f'[models.source]\nurl = "{w.url(m)}"\npublic_key = "{w.pub}"\n'
+                 f"poll_s = 0\nmax_bytes = 3000000\n" + ("insecure = true\n"
+                                                         if m == "digits_oci" else "")
+                 + "[models.rollout]\nshadow_s = 1\nbuild_rungs = false\n")
+        tables.append(model_table(m, [variant("cnn-fp32", MODELS / "cnn-fp32.onnx")],
+                                  max_batch_size=8, preprocess=DIGITS_PREPROCESS,
+                                  extra=extra))
+    return config(w.tmp, models=tables,
+                  server=f'drain_timeout_s = 2.0\nstate_dir = "{w.tmp / "state"}"\n')
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tmp = tmp_path_factory.mktemp("delivery")
+    (tmp / "www").mkdir()
+    with registry(tmp) as oci, web_server(tmp / "www") as (web, handler):
+        w = World(tmp, oci, web, handler.cut)
+        w.d = Daemon(daemon_config(w), tmp, metrics=True)
+        try:
+            yield w
+        finally:
+            w.d.stop()
+
+
+def refused(r: dict[str, Any], stage: str, reason: str, words: str) -> None:
+    assert r["status"] != "OK", r
+    last = r["delivery"]["last_refusal"]
+    assert (last["stage"], last["reason"]) == (stage, reason), last
+    assert words in last["message"], last
+
+
+# -- the happy path, from each kind of source ---------------------------------------------
+
+@pytest.mark.parametrize("model", MODELS_)
+def test_a_signed_version_published_once_is_pulled_gated_and_served(world: World,
+                                                                    model: str) -> None:
+    src = compiled(world.tmp / f"compiled-{model}")
+    args = ["publish", str(src), "--to", world.publish_dir(model), "--sign", str(world.key),
+            "--model", model, "--version", "v2", "--insecure"]
+    out = run_edged(*args)
+    assert out.returncode == 0, out.stderr
+    assert "published" in out.stdout and "signed" in out.stdout
+    assert world.serving(model) == "cnn-fp32"  # the configured version serves until then
+    r = world.pull(model)
+    assert r["status"] == "OK", r
+    e = r["delivery"]
+    assert e["version"] == "v2" and e["stage"] == "watching", e  # [models.rollout] watch_s
+    assert e["gate"]["accuracy_pct"] >= 97.0, e
+    assert world.serving(model) == "cnn-fp32@v2"  # replies name the new version
+    assert world.pull(model)["delivery"]["version"] == "v2"  # nothing new: nothing changes
+
+
+# -- every bad input: refused with its reason, the old version serves on --------------------
+
+def test_an_unsigned_version_is_refused_before_it_is_downloaded(world: World) -> None:
+    world.publish("digits_oci", "v3-unsigned", compiled(world.tmp / "c-unsigned"), key=False)
+    r = world.pull("digits_oci", "v3-unsigned")
+    refused(r, "verifying", "unsigned", "no signature")
+    assert world.serving("digits_oci") == "cnn-fp32@v2"
+
+
+def test_a_version_signed_by_another_key_is_refused(world: World) -> None:
+    world.publish("digits", "v3-stranger", compiled(world.tmp / "c-stranger"),
+                  key=world.other_key)
+    refused(world.pull("digits", "v3-stranger"), "verifying", "signature",
+            "does not verify")
+    assert world.serving("digits") == "cnn-fp32@v2"
+
+
+def test_a_file_changed_after_signing_is_refused(world: World) -> None:
+    def change(out: Path) -> None:  # one byte of a weight, the size unchanged
+        p = out / "cnn-int8.onnx"
+        data = bytearray(p.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        p.write_bytes(bytes(data))
+
+    world.publish("digits", "v3-changed", compiled(world.tmp / "c-changed"), tamper=change)
+    refused(world.pull("digits", "v3-changed"), "verifying", "digest",
+            "changed after signing")
+    assert world.serving("digits") == "cnn-fp32@v2"
+
+
+def test_a_manifest_naming_a_missing_file_is_refused(world: World) -> None:
+    world.publish("digits", "v3-missing", compiled(world.tmp / "c-missing"),
+                  tamper=lambda out: (out / "cnn-int8.onnx.golden.npz").unlink())
+    refused(world.pull("digits", "v3-missing"), "downloading", "missing", "golden")
+    assert world.serving("digits") == "cnn-fp32@v2"
+
+
+def test_a_bundle_over_the_size_limit_is_refused_before_it_is_fetched(world: World) -> None:
+    src = compiled(world.tmp / "c-big")
+    (src / "padding.golden.npz").write_bytes(bytes(3_000_000))  # packed as a golden file
+    world.publish("digits", "v3-big", src)
+    refused(world.pull("digits", "v3-big"), "downloading", "too_large", "max_bytes")
+    assert not list((world.tmp / "state" / "store" / "incoming").glob("*/*.onnx"))
+    assert world.serving("digits") == "cnn-fp32@v2"
+
+
+def test_a_contract_that_does_not_fit_is_refused(world: World) -> None:
+    src = compiled(world.tmp / "c-contract")
+    shutil.copy(MODELS.parent / "digits-det" / "det-fp32.onnx", src / "cnn-fp32.onnx")
+    (src / "cnn-fp32.onnx.golden.npz").unlink()
+    world.publish("digits", "v3-contract", src)
+    r = world.pull("digits", "v3-contract")
+    assert r["delivery"]["last_refusal"]["stage"] == "gating", r
+    assert r["delivery"]["last_refusal"]["reason"] in ("contract", "load"), r
+    assert world.serving("digits") == "cnn-fp32@v2"
+
+
+def test_a_version_5_points_less_accurate_on_its_own_validation_set_is_refused(
+        world: World) -> None:
+    # the validation set's labels disagree with the model on 6% of its rows
+    world.publish("digits", "v3-worse", compiled(world.tmp / "c-worse", flip_labels=0.06))
+    r = world.pull("digits", "v3-worse")
+    refused(r, "gating", "accuracy", "points below")
+    assert world.serving("digits") == "cnn-fp32@v2"
+
+
+def test_a_truncated_download_is_refused_and_the_next_pull_resumes_it(world: World) -> None:
+    world.publish("digits_http", "v3", compiled(world.tmp / "c-http3", top="small-fp32"),
+                  accuracy=0.9867)
+    world.cut.add("small-fp32.onnx")  # the connection drops half-way, once
+    refused(world.pull("digits_http", "v3"), "downloading", "truncated", "resumes")
+    assert world.serving("digits_http") == "cnn-fp32@v2"
+    part = list((world.tmp / "state" / "store" / "incoming").glob("*/small-fp32.onnx"))
+    assert part and 0 < part[0].stat().st_size < (MODELS / "small-fp32.onnx").stat().st_size
+    r = world.pull("digits_http", "v3")
+    assert r["status"] == "OK" and r["delivery"]["version"] == "v3", r
+    assert world.serving("digits_http") == "small-fp32@v3"
+
+
+def test_status_and_metrics_say_which_version_serves_and_why_others_were_refused(
+        world: World) -> None:
+    assert world.d is not None
+    s = world.d.ctl({"op": "status"})
+    e = s["delivery"]["digits"]
+    assert e["version"] == "v2" and e["source"].startswith("file://")
+    assert e["last_refusal"]["reason"] and any(h["event"] == "refused" for h in e["history"])
+    from edged.cli.status_text import format_status
+
+    text = format_status(s)
+    assert "delivery digits: v2 (" in text and "last refusal (" in text, text
+    import urllib.request
+
+    text = urllib.request.urlopen(
+        f"http://127.0.0.1:{world.d.metrics_port}/metrics").read().decode()
+    assert 'edged_model_version_info{digest="' in text and 'model="digits",version="v2"' \
+        in text
+    assert 'edged_model_updates_total{model="digits",outcome="refused",reason="accuracy"}' \
+        in text
+
+
+def test_a_restart_serves_the_promoted_version_without_a_pull(world: World) -> None:
+    assert world.d is not None
+    world.d.stop()
+    world.d = Daemon(world.d.config, world.tmp, metrics=True)
+    assert world.serving("digits") == "cnn-fp32@v2"
+    assert world.serving("digits_http") == "small-fp32@v3"
+    assert world.d.ctl({"op": "status"})["delivery"]["digits_oci"]["version"] == "v2"
+
+
+def test_under_load_a_promotion_fails_no_request_and_replies_name_the_new_version(
+        world: World) -> None:
+    """8 clients send while a new version is pulled, gated and promoted."""
+    assert world.d is not None
+    world.publish("digits", "v4", compiled(world.tmp / "c-v4", top="small-fp32"),
+                  accuracy=0.9867)
+    stop = threading.Event()
+    replies: list[tuple[str, str | None]] = []
+
+    def send() -> None:
+        assert world.d is not None
+        with world.d.client(timeout_s=30) as c:
+            i = 0
+            while not stop.is_set():
+                r = c.infer("digits", tensor(i % len(X)), raise_on_error=False)
+                replies.append((r.status, r.header.get("variant")))
+                i += 1
+
+    threads = [threading.Thread(target=send) for _ in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        r = world.pull("digits", "v4")
+        assert r["status"] == "OK", r
+        end = time.monotonic() + 10
+        while time.monotonic() < end and replies[-1][1] != "small-fp32@v4":
+            time.sleep(0.05)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    statuses = {s for s, _ in replies}
+    assert statuses == {"OK"}, json.dumps([r for r in replies if r[0] != "OK"][:5])
+    assert "shadow" in r["delivery"], r  # shadowed under that load, then promoted
+    assert {v for _, v in replies} == {"cnn-fp32@v2", "small-fp32@v4"}
+    assert replies[-1][1] == "small-fp32@v4"
