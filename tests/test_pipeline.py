@@ -1,5 +1,7 @@
 """Pipelines through the real daemon, with the shipped models: the digit detector, then the
-digits classifier on each box's crop (examples/pipelines/digits-reader.toml).
+digit reader trained on its crops (models/digits-crops) on each box's crop
+(examples/pipelines/digits-reader.toml; the first digits classifier, models/digits, is served
+beside them and is the stage of the fault and load tests' pipelines).
 
 Three daemons: the shipped example (plus a K = 2 pipeline and the KServe endpoint), one
 whose stages' models are missing or fail (and whose load rule steps a pipeline down), and
@@ -45,8 +47,9 @@ kind = "pipeline"
 detector = "digits-det"
 [[models.stages]]
 name = "digit"
-model = "digits"
+model = "digits-crops"
 max_crops = 2
+padding = 0.1
 square = true
 contrast = "border"
 """
@@ -101,8 +104,8 @@ def test_the_shipped_pipeline_reads_the_held_out_scenes(pd: Daemon) -> None:
     images, truth = held_out()
     alone = ask_all(pd, "digits-det", images)
     piped = ask_all(pd, READER, images)
-    right = matched = 0
-    labelled = []
+    right = right_det = matched = 0
+    labelled, detected = [], []
     for a, p, gt in zip(alone, piped, truth, strict=True):
         d = p.detections
         assert list(d.columns) == COLUMNS and p.variant == "det-fp32"
@@ -115,6 +118,7 @@ def test_the_shipped_pipeline_reads_the_held_out_scenes(pd: Daemon) -> None:
         assert (stage["status"], stage["variant"], stage["crops"]) == ("ok", "cnn-fp32", len(d))
         assert [d.stage_label("digit", k) for k in range(len(d))] == \
             [str(int(c)) for c in d.column("digit_class")]
+        detected.append(d.rows[:, :6].copy())
         rows = d.rows[:, :6].copy()
         rows[:, 5] = d.column("digit_class")
         labelled.append(rows)
@@ -125,10 +129,14 @@ def test_the_shipped_pipeline_reads_the_held_out_scenes(pd: Daemon) -> None:
                 if hit.size:
                     matched += 1
                     right += int(d.column("digit_class")[hit[0]] == gt[g, 4])
-    # docs/pipelines.md: the classifier reads 74.9 % of the found digits right, mAP 64.8
-    # with its labels (at conf 0.001); at the default conf 0.25 the same holds
-    assert matched >= 170 and right / matched >= 0.70, (right, matched)
-    assert evaluate_map(labelled, truth).map50 >= 0.60
+                    right_det += int(d.classes[hit[0]] == gt[g, 4])
+    # docs/pipelines.md: the reader reads 100 % of the found digits right (the detector's
+    # class 91.6 %), mAP 94.8 with its labels against 88.3 with the detector's on the same
+    # boxes (at conf 0.001); at the default conf 0.25 the same holds
+    assert matched >= 170 and right / matched >= 0.95 and right > right_det, \
+        (right, right_det, matched)
+    mine, theirs = evaluate_map(labelled, truth).map50, evaluate_map(detected, truth).map50
+    assert mine >= 0.90 and mine > theirs, (mine, theirs)
 
 
 def test_crops_of_several_frames_and_streams_batch_at_the_stage(pd: Daemon) -> None:
@@ -144,7 +152,7 @@ def test_crops_of_several_frames_and_streams_batch_at_the_stage(pd: Daemon) -> N
         stages = [r.detections.stages["digit"] for r in replies]
         assert all(s["crops"] == len(r.detections) and s["batches"] for s, r in
                    zip(stages, replies, strict=True))
-        assert all(b <= 32 for s in stages for b in s["batches"])  # digits' max_batch_size
+        assert all(b <= 32 for s in stages for b in s["batches"])  # the stage's max_batch_size
         if any(max(s["batches"]) > s["crops"] for s in stages):
             return  # a batch held this frame's crops and others'
     pytest.fail(f"no stage batch held crops of more than one frame: {stages}")
@@ -245,13 +253,13 @@ def test_models_op_and_status_show_the_pipeline_with_its_members(pd: Daemon) -> 
     assert [p["name"] for p in listed] == [READER, "reader-k2"]
     status = pd.ctl({"op": "status"})
     (p,) = [p for p in status["pipelines"] if p["name"] == READER]
-    assert p["stages"][0]["variants"] == ["cnn-fp32", "cnn-int8", "small-fp32"]
+    assert p["stages"][0]["variants"] == ["cnn-fp32", "cnn-int8"]
     text = format_status(status)
     assert f"PIPELINE {READER}  ready" in text
     assert "  detector        digits-det    ready    [det-fp32] > det-int8 > det128-fp32" in text
-    assert ("  stage digit     digits        ready    [cnn-fp32] > cnn-int8 > small-fp32  "
+    assert ("  stage digit     digits-crops  ready    [cnn-fp32] > cnn-int8  "
             "(optional, K=16, reused 10 frames)") in text
-    assert "step-down order: digit, detector; position 0/5: all heaviest" in text
+    assert "step-down order: digit, detector; position 0/4: all heaviest" in text
     m = metrics(pd)
     assert metric(m, "edged_pipeline_boxes_total", pipeline=READER, stage="digit",
                   state="carried") >= 50
@@ -416,11 +424,11 @@ ladder_steps = 1
 [[governor.levels]]
 name = "hot"
 enter_c = 80.0
-ladder_steps = 3
+ladder_steps = 2
 [[governor.levels]]
 name = "severe"
 enter_c = 90.0
-ladder_steps = 4
+ladder_steps = 3
 """
 
 
@@ -447,8 +455,8 @@ def test_the_governor_steps_and_sheds_the_stage_before_the_detector(gd: Daemon) 
             return c.infer(READER, frame).detections
 
     steps = []
-    for level, want in (("warm", ("det-fp32", "cnn-int8")), ("hot", ("det-fp32", "small-fp32")),
-                        ("severe", ("det-int8", "small-fp32"))):
+    for level, want in (("warm", ("det-fp32", "cnn-int8")), ("hot", ("det-fp32", "cnn-int8")),
+                        ("severe", ("det-int8", "cnn-int8"))):
         assert gd.ctl({"op": "level", "level": level})["status"] == "OK"
         wait_until(lambda w=want: variants(gd) == w, timeout=30, what=f"{level}: {want}")
         d = read()
@@ -456,11 +464,10 @@ def test_the_governor_steps_and_sheds_the_stage_before_the_detector(gd: Daemon) 
         if level == "hot":
             assert d.stages["digit"]["reason"].startswith("governor level hot")
             text = format_status(gd.ctl({"op": "status"}))
-            assert "  stage digit     digits        shed     cnn-fp32 > cnn-int8 > [small-fp32]" \
-                in text
-            assert "position 3/5: digit: shed" in text
-    assert steps == [("warm", ["fresh"] * 3, "cnn-int8"), ("hot", ["shed"] * 3, "small-fp32"),
-                     ("severe", ["shed"] * 3, "small-fp32")]
+            assert "  stage digit     digits-crops  shed     cnn-fp32 > [cnn-int8]" in text
+            assert "position 2/4: digit: shed" in text
+    assert steps == [("warm", ["fresh"] * 3, "cnn-int8"), ("hot", ["shed"] * 3, "cnn-int8"),
+                     ("severe", ["shed"] * 3, "cnn-int8")]
     assert gd.ctl({"op": "level", "level": "auto"})["status"] == "OK"
     wait_until(lambda: variants(gd) == ("det-fp32", "cnn-fp32"), timeout=30,
                what="back to the heaviest rungs")

@@ -44,39 +44,41 @@ def pipe(name: str, detector: str, *stages: str, extra: str = "") -> str:
 
 
 # the example's entries: models[0] digits-det, models[1] digits, models[2] digits-reader;
-# a test's own pipelines follow from models[3]
+# a test's own pipelines follow from models[4]
 
 
 def test_the_shipped_example_loads_with_its_pipeline() -> None:
     cfg = load_config(EXAMPLE)
     (p,) = cfg.pipelines
     assert (p.name, p.detector, p.models) == ("digits-reader", "digits-det",
-                                              ("digits-det", "digits"))
+                                              ("digits-det", "digits-crops"))
     (s,) = p.stages
-    assert (s.max_crops, s.square, s.contrast, s.reinfer_interval) == (16, True, "border", 10)
+    assert (s.max_crops, s.padding, s.square, s.contrast, s.reinfer_interval) == \
+        (16, 0.1, True, "border", 10)
     assert p.step_down_order == ("digit", "detector")
     assert cfg.model("digits-reader") is None and cfg.pipeline("digits-reader") is p
 
 
 def test_a_first_stage_that_is_not_a_detector_is_refused(tmp_path: Path) -> None:
-    msg = one(problems(tmp_path, pipe("p", "digits", "d=digits")), "models[3].detector")
+    msg = one(problems(tmp_path, pipe("p", "digits", "d=digits")), "models[4].detector")
     assert "'digits' is not a detection model" in msg
 
 
 def test_a_cycle_is_refused_naming_each_key_on_it(tmp_path: Path) -> None:
     probs = problems(tmp_path, pipe("a", "digits-det", "x=b") + pipe("b", "a", "y=digits")
                      + pipe("c", "digits-det", "z=c"))
-    assert one(probs, "models[3].stages[0].model").startswith("'a' -> 'b' -> 'a' is a cycle")
-    assert one(probs, "models[4].detector").startswith("'b' -> 'a' -> 'b' is a cycle")
-    assert one(probs, "models[5].stages[0].model").startswith("'c' -> 'c' is a cycle")
+    assert one(probs, "models[4].stages[0].model").startswith("'a' -> 'b' -> 'a' is a cycle")
+    assert one(probs, "models[5].detector").startswith("'b' -> 'a' -> 'b' is a cycle")
+    assert one(probs, "models[6].stages[0].model").startswith("'c' -> 'c' is a cycle")
 
 
 def test_unknown_models_and_nesting_are_refused(tmp_path: Path) -> None:
     probs = problems(tmp_path, pipe("p", "nope", "d=digitz") + pipe("q", "digits-det", "e=p"))
-    assert one(probs, "models[3].detector").startswith("unknown model 'nope'; models in this "
-                                                       "config: digits-det, digits")
-    assert "unknown model 'digitz'" in one(probs, "models[3].stages[0].model")
-    assert "'p' is a pipeline; pipelines do not nest" in one(probs, "models[4].stages[0].model")
+    assert one(probs, "models[4].detector").startswith("unknown model 'nope'; models in this "
+                                                       "config: digits-det, digits-crops, "
+                                                       "digits")
+    assert "unknown model 'digitz'" in one(probs, "models[4].stages[0].model")
+    assert "'p' is a pipeline; pipelines do not nest" in one(probs, "models[5].stages[0].model")
 
 
 def test_a_stage_must_classify_crops_with_its_own_preprocessing(tmp_path: Path) -> None:
@@ -84,8 +86,8 @@ def test_a_stage_must_classify_crops_with_its_own_preprocessing(tmp_path: Path) 
            f'backend = "onnxruntime"\npath = "{ROOT}/models/digits/small-fp32.onnx"\n')
     probs = problems(tmp_path, raw + pipe("p", "digits-det", "a=digits-det", "b=raw"))
     assert "is a detection model; a stage classifies each crop" in one(
-        probs, "models[4].stages[0].model")
-    assert "has no [models.preprocess]" in one(probs, "models[4].stages[1].model")
+        probs, "models[5].stages[0].model")
+    assert "has no [models.preprocess]" in one(probs, "models[5].stages[1].model")
 
 
 def test_stage_keys_are_checked_each_naming_its_key(tmp_path: Path) -> None:
@@ -95,16 +97,16 @@ def test_stage_keys_are_checked_each_naming_its_key(tmp_path: Path) -> None:
         '[[models.stages]]\nname = "9bad"\nmodel = "digits"\n'
         '[[models.stages]]\nname = "detector"\nmodel = "digits"\n')
     probs = problems(tmp_path, bad)
-    s = "models[3].stages[0]"
+    s = "models[4].stages[0]"
     assert "unknown key (did you mean 'max_crops'?)" in one(probs, f"{s}.max_crop")
     assert "must be between 1 and 1000" in one(probs, f"{s}.max_crops")
     assert "between 0 and 2" in one(probs, f"{s}.padding")
     assert "must be one of 'none', 'border'" in one(probs, f"{s}.contrast")
     assert "must be one of 'softmax', 'sigmoid', 'none'" in one(probs, f"{s}.activation")
     assert "must be > 1" in one(probs, f"{s}.reinfer_area_growth")
-    assert "names reply columns" in one(probs, "models[3].stages[1].name")
-    assert "the detector's name in step_down_order" in one(probs, "models[3].stages[2].name")
-    order = [p for p in probs if ": models[3].step_down_order: " in p]
+    assert "names reply columns" in one(probs, "models[4].stages[1].name")
+    assert "the detector's name in step_down_order" in one(probs, "models[4].stages[2].name")
+    order = [p for p in probs if ": models[4].step_down_order: " in p]
     assert any("'x': not a stage of this pipeline" in p for p in order), probs
     assert any("'d' named twice" in p for p in order), probs
 
@@ -114,9 +116,9 @@ def test_a_missing_member_of_the_order_a_kind_typo_and_a_name_clash(tmp_path: Pa
                                     extra='step_down_order = ["detector"]\n')
                      + pipe("digits", "digits-det", "e=digits")
                      + '[[models]]\nname = "q"\nkind = "pipelin"\n')
-    assert "must name every member once; missing 'd'" in one(probs, "models[3].step_down_order")
+    assert "must name every member once; missing 'd'" in one(probs, "models[4].step_down_order")
     assert "model name 'digits' is used twice" in one(probs, "models")
-    assert "must be one of 'model', 'pipeline'" in one(probs, "models[5].kind")
+    assert "must be one of 'model', 'pipeline'" in one(probs, "models[6].kind")
 
 
 def test_serve_refuses_a_bad_pipeline_at_load_naming_the_key(tmp_path: Path) -> None:
@@ -124,8 +126,8 @@ def test_serve_refuses_a_bad_pipeline_at_load_naming_the_key(tmp_path: Path) -> 
     r = subprocess.run([sys.executable, "-m", "edged", "serve", "--config", str(cfg)],
                        capture_output=True, text=True, timeout=60, cwd=str(ROOT))
     assert r.returncode == 2, r.stderr
-    assert "models[3].detector: model 'digits' is not a detection model" in r.stderr
-    assert "models[3].stages[0].model: unknown model 'nope'" in r.stderr
+    assert "models[4].detector: model 'digits' is not a detection model" in r.stderr
+    assert "models[4].stages[0].model: unknown model 'nope'" in r.stderr
 
 
 # -- the pure parts ------------------------------------------------------------------------
@@ -202,12 +204,12 @@ def test_the_plan_steps_and_sheds_the_optional_stage_before_the_detector() -> No
     cfg = load_config(EXAMPLE)
     ladders = {m.name: [v.name for v in m.variants] for m in cfg.models}
     plan = StepPlan(cfg.pipelines[0], ladders)
-    assert plan.names == ["all heaviest", "digit: cnn-int8", "digit: small-fp32",
-                          "digit: shed", "detector: det-int8", "detector: det128-fp32"]
+    assert plan.names == ["all heaviest", "digit: cnn-int8", "digit: shed",
+                          "detector: det-int8", "detector: det128-fp32"]
     at = [plan.at(i) for i in range(len(plan) + 1)]
-    assert [a.indexes["digits"] for a in at] == [0, 1, 2, 2, 2, 2]
-    assert [a.indexes["digits-det"] for a in at] == [0, 0, 0, 0, 1, 2]
-    assert [sorted(a.shed) for a in at] == [[], [], [], ["digit"], ["digit"], ["digit"]]
+    assert [a.indexes["digits-crops"] for a in at] == [0, 1, 1, 1, 1]
+    assert [a.indexes["digits-det"] for a in at] == [0, 0, 0, 1, 2]
+    assert [sorted(a.shed) for a in at] == [[], [], ["digit"], ["digit"], ["digit"]]
 
 
 def test_a_required_stage_is_stepped_down_but_never_shed(tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ VAL = ROOT / "models" / "digits-det" / "val.npz"
 THUMB = 160
 #: the digit of each label used, as an index into its patches (largest first): picked
 #: among those the shipped detector finds alone in a composed frame at every position of
-#: ``camera_frame`` and the shipped classifier reads right from its crop
+#: ``camera_frame`` and the shipped classifiers (``digits``, and ``digits-crops``, the shipped
+#: pipeline's stage) read right from its crop
 PICKS = {0: 0, 1: 0, 2: 0, 3: 6, 4: 0, 5: 1, 6: 0, 7: 7, 8: 0, 9: 0}
 #: a digit's side in the thumbnail (the detector was trained on 16-44 px)
 SIDE = 30

@@ -14,7 +14,7 @@ digits (``edged.testing.scenes``), with the daemon it starts on
 - **client**: each stream does the same by hand with ``edged.client.Client``: one detect
   request to ``digits-det``, the crops cut and preprocessed in the client (the same
   selection, crop and preprocessing the pipeline applies), one batched request of the
-  crops to ``digits``.
+  crops to the stage's model (``digits-crops``).
 
 Streams are closed loops (a thread each, one frame in flight), 1 and 4 of them; rounds
 alternate the two ways so drift hits both alike. Reported per way and stream count: frames
@@ -60,7 +60,7 @@ from edged.testing.harness import (  # noqa: E402
 from edged.testing.scenes import camera_frame, moving_digits  # noqa: E402
 
 CONFIG = ROOT / "examples" / "pipelines" / "digits-reader.toml"
-PIPELINE, DETECTOR, CLASSIFIER, STAGE = "digits-reader", "digits-det", "digits", "digit"
+PIPELINE, DETECTOR, STAGE = "digits-reader", "digits-det", "digit"
 
 #: one frame through one way: the client, the frame -> the digits read
 Way = Callable[[Client, np.ndarray], list[int]]
@@ -76,7 +76,8 @@ def by_hand(config: Path) -> Way:
     preprocessing (what the pipeline does in the daemon)."""
     cfg = load_config(config)
     stage = cfg.pipelines[0].stages[0]
-    mc = cfg.model(CLASSIFIER)
+    classifier = stage.model
+    mc = cfg.model(classifier)
     assert mc is not None and mc.preprocess is not None
     pre = Preprocessor(mc.preprocess)
 
@@ -87,7 +88,7 @@ def by_hand(config: Path) -> Way:
             return []
         crops = [cut(frame, rows[r], stage, (pre.cfg.width, pre.cfg.height)) for r in picked]
         batch = np.concatenate([pre.from_frame(x, source_color="bgr") for x in crops])
-        logits = c.infer(CLASSIFIER, batch).outputs["logits"]
+        logits = c.infer(classifier, batch).outputs["logits"]
         return read_scores(logits, stage.activation)[0].tolist()
 
     return run

@@ -2,8 +2,9 @@
 """Record golden inputs and outputs beside the shipped models' artifacts.
 
 ``edged compile`` does this for what it builds; this script does it for the artifacts
-committed under ``models/`` (digits: the first validation images; person: scikit-image
-sample photos, not the ones the tests check; digits-det: held-out scenes).
+committed under ``models/`` (digits and digits-crops: the first validation images;
+person: scikit-image sample photos, not the ones the tests check; digits-det: held-out
+scenes).
 Re-run it after changing an artifact:
 
     .venv/bin/python scripts/models/make_golden.py
@@ -44,6 +45,14 @@ def digits() -> None:
         record(a, {"input": x})
 
 
+def digits_crops() -> None:
+    """The crop reader: its first held-out crops (already the model's 28x28 input x 255)."""
+    with np.load(ROOT / "models" / "digits-crops" / "validation.npz") as z:
+        x = (z["x"][:8].astype(np.float32) / 255.0)[:, None]
+    for a in sorted((ROOT / "models" / "digits-crops").glob("*.onnx")):
+        record(a, {"input": x})
+
+
 def person() -> None:
     from skimage import data
 
@@ -72,3 +81,4 @@ if __name__ == "__main__":
     digits()
     person()
     digits_det()
+    digits_crops()
