@@ -211,7 +211,8 @@ def test_ctl_actions_answer_in_one_line_and_status_says_why_below_the_top(
     assert r.returncode == 0 and r.stdout.splitlines() == [
         "digits: small-fp32 serves (pinned by operator); governor level normal needs at "
         "least small-fp32; the pin applies when it relaxes"], r.stdout
-    r = edged(tmp, "ctl", "swap", "digits", "auto", "--json", *control)
+    # The daemon's options go before the action too, as operators' scripts write them.
+    r = edged(tmp, "ctl", *control, "--timeout", "30", "swap", "digits", "auto", "--json")
     assert r.returncode == 0 and r.stdout.lstrip().startswith("{")
     r = edged(tmp, "ctl", "reload", *control)
     assert r.stdout == "reload: nothing changed" + r.stdout[len("reload: nothing changed"):]

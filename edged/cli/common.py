@@ -34,18 +34,27 @@ def add_client_args(p: argparse.ArgumentParser) -> None:
                    help="CURVE: this client's secret key file (NAME.key_secret)")
 
 
-def add_control_args(p: argparse.ArgumentParser) -> None:
-    """Options of a command that speaks to the daemon's control socket."""
-    _add_daemon_args(p, timeout=60.0)
+def add_control_args(p: argparse.ArgumentParser, *, given_before: bool = False) -> None:
+    """Options of a command that speaks to the daemon's control socket.
+
+    ``given_before``: ``p`` is an action under ``edged ctl``, which takes the same options
+    before the action too (``edged ctl --timeout 600 swap ...``). argparse lets a
+    subcommand's defaults overwrite what its parent parsed, so here they have none; the
+    parent's stand.
+    """
+    _add_daemon_args(p, timeout=60.0, defaults=not given_before)
 
 
-def _add_daemon_args(p: argparse.ArgumentParser, timeout: float) -> None:
-    p.add_argument("--control", metavar="ipc://PATH",
+def _add_daemon_args(p: argparse.ArgumentParser, timeout: float,
+                     defaults: bool = True) -> None:
+    unset: dict[str, object] = {} if defaults else {"default": argparse.SUPPRESS}
+    p.add_argument("--control", metavar="ipc://PATH", **unset,
                    help="the daemon's control socket (default: $EDGED_CONTROL, else the one "
                         "--config pins down, else the only daemon running here)")
-    p.add_argument("--config", "-c", metavar="FILE",
+    p.add_argument("--config", "-c", metavar="FILE", **unset,
                    help="find the daemon serving this config file")
-    p.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   **(unset or {"default": timeout}),
                    help=f"seconds to wait for a reply (default {timeout:g})")
 
 

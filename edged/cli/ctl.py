@@ -22,13 +22,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     ctl = sub.add_parser("ctl", help="operator actions: reload, load, unload, pin a level "
                                      "or a variant")
+    add_control_args(ctl)
     csub = ctl.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def action(name: str, help_: str) -> argparse.ArgumentParser:
         a = csub.add_parser(name, help=help_)
         a.add_argument("--json", action="store_true",
                        help="print the daemon's reply instead of the one-line summary")
-        add_control_args(a)
+        add_control_args(a, given_before=True)
         return a
 
     action("status", "the daemon's status reply, as JSON")
