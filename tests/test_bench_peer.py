@@ -24,7 +24,7 @@ def test_edged_bench_peer_reports_both_servers_and_the_ratios(
     p = subprocess.run(
         [sys.executable, "-m", "edged", "bench", "--peer", "triton",
          "--onnx", str(MODELS / "cnn-fp32.onnx"), "--model", "digits", "--clients", "2",
-         "--duration", "1", "--rounds", "1", "--json", str(out)],
+         "--duration", "1", "--rounds", "1", "--floor", "--json", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(out.read_text())
@@ -32,15 +32,17 @@ def test_edged_bench_peer_reports_both_servers_and_the_ratios(
     assert r["peer"] == "triton" and r["max_batch_size"] == 8
     assert r["peer_versions"]["nvidia-pytriton"] == "0.7.0", r["peer_versions"]
     rnd = r["rounds"][0]
-    for server in ("edged", "peer"):
+    for server in ("edged", "peer", "floor"):  # --floor: the gRPC floor takes its turn too
         for clients in ("1", "2"):
             d = rnd[server][clients]
             assert d["ok"] > 5 and d["statuses"] == {"OK": d["ok"]}, (server, clients, d)
             assert 0 < d["p50_ms"] <= d["p99_ms"], (server, clients)
-    assert set(r["ratios"]) == {f"{m} edged/peer, {c}" for m in ("throughput", "p50", "p99")
-                                for c in ("1 client", "2 clients")}
+    assert set(r["ratios"]) == {f"{m} {pair}, {c}" for m in ("throughput", "p50", "p99")
+                                for c in ("1 client", "2 clients")
+                                for pair in ("edged/peer", "edged/floor", "peer/floor")}
     assert all(v > 0 for v in r["ratios"].values()), r["ratios"]
     assert "throughput edged/peer, 2 clients" in p.stdout and "triton" in p.stdout
+    assert "gRPC floor" in p.stdout and "throughput edged/floor, 2 clients" in p.stdout
 
 
 def test_edged_bench_peer_says_what_is_missing() -> None:

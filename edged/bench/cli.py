@@ -75,7 +75,9 @@ def add_parser(subparsers: Any) -> None:
                    help="with --raw: also start the two floor servers (one-thread and "
                         "batching) for the same model and clients, and "
                         "print the daemon's ratios to raw and to each floor, interleaved: "
-                        "batch-1 p50 with one client, throughput with --clients processes")
+                        "batch-1 p50 with one client, throughput with --clients processes; "
+                        "with --peer: also the gRPC floor (the simplest Python gRPC server "
+                        "around one ONNX Runtime session) as a third server")
     p.add_argument("--rounds", type=int, default=1,
                    help="interleaved daemon/raw rounds; ratios are the median (default 1)")
     p.add_argument("--transport", choices=("socket", "shm"), default="socket",

@@ -20,6 +20,11 @@ the other is measured, so an idle server's threads take no CPU from the one meas
 rounds alternate which server goes first, so drift cancels. Printed: the machine line,
 throughput, p50 and p99 per server and phase, and the ratios edged/peer as medians of the
 per-round ratios (below 1 for latency and above 1 for throughput favour edged).
+
+With ``--floor`` a third server takes its turn in each round: the gRPC floor
+(``edged.bench.grpc_floor``, the simplest Python gRPC server around one ONNX Runtime
+session), and the ratios edged/floor and peer/floor are printed too: what edged's serving
+costs beyond any Python gRPC server, and how far the peer is from one.
 """
 
 from __future__ import annotations
@@ -36,12 +41,15 @@ from pathlib import Path
 from typing import Any
 
 from edged.bench.floor import cores
+from edged.bench.grpc_floor import GrpcFloor
 from edged.bench.loadgen import drive, request
 from edged.testing.configs import config_text, model_table, variant
 from edged.testing.harness import Daemon, free_port, machine_info, say_machine
 from edged.testing.peers import KINDS, Peer, PeerUnavailable
 
+#: the servers of a run, in the order of an even round (odd rounds go backwards)
 SERVERS = ("edged", "peer")
+WITH_FLOOR = ("edged", "peer", "floor")
 METRICS = (("throughput", "throughput"), ("p50", "p50_ms"), ("p99", "p99_ms"))
 
 
@@ -74,7 +82,7 @@ def check_args(args: argparse.Namespace) -> str | None:
     if args.input == "image":
         return "--peer sends raw tensors: use --input random or --input npy"
     for flag, given in (("--raw", args.raw), ("--raw-pipeline", args.raw_pipeline),
-                        ("--floor", args.floor), ("--threads", args.threads),
+                        ("--threads", args.threads),
                         ("--kserve", args.kserve)):
         if given:
             return f"--peer starts both servers itself and does not take {flag}"
@@ -101,12 +109,16 @@ def run_peer(args: argparse.Namespace) -> int:
             print(f"edged bench: --peer {args.peer}: {e}", file=sys.stderr)
             return 2
         daemon: Daemon | None = None
-        try:  # whatever happens (Ctrl-C included), neither server outlives the run
+        floor: GrpcFloor | None = None
+        try:  # whatever happens (Ctrl-C included), no server outlives the run
             print(f"{args.peer}: {', '.join(f'{k} {v}' for k, v in peer.versions.items())}; "
                   f"ready in {peer.start():.1f} s (gRPC {peer.grpc}, log {peer.log_path})")
             daemon, address = start_daemon(work / "edged", args.onnx, name,
                                            args.max_batch_size)
-            result = compare(args, daemon, address, peer, info)
+            if args.floor:
+                floor = GrpcFloor(args.onnx, name, args.max_batch_size)
+                print(f"gRPC floor: ready (gRPC {floor.address})", file=sys.stderr)
+            result = compare(args, daemon, address, peer, info, floor)
         except PeerUnavailable as e:
             print(f"edged bench: --peer {args.peer}: {e}", file=sys.stderr)
             return 2
@@ -117,6 +129,8 @@ def run_peer(args: argparse.Namespace) -> int:
             if daemon is not None:
                 os.kill(daemon.pid, signal.SIGCONT)
                 daemon.stop()
+            if floor is not None:
+                floor.close()
             peer.stop()
     report(result, args)
     return 0
@@ -139,48 +153,59 @@ def start_daemon(workdir: Path, onnx: Path, name: str, max_batch_size: int
 
 
 class _Frozen:
-    """Each server frozen while the other is measured."""
+    """Every server but the one measured frozen."""
 
-    def __init__(self, daemon: Daemon, peer: Peer) -> None:
-        self.daemon, self.peer = daemon, peer
+    def __init__(self, daemon: Daemon, peer: Peer, floor: GrpcFloor | None) -> None:
+        self.daemon, self.peer, self.floor = daemon, peer, floor
 
     def only(self, server: str) -> None:
-        if server == "edged":
-            self.peer.freeze()
-            os.kill(self.daemon.pid, signal.SIGCONT)
-        else:
-            os.kill(self.daemon.pid, signal.SIGSTOP)
-            self.peer.thaw()
+        for name in (WITH_FLOOR if self.floor is not None else SERVERS):
+            if name != server:
+                self._signal(name, freeze=True)
+        self._signal(server, freeze=False)
         time.sleep(0.2)  # the thawed one's threads wake and settle before the clients start
-        for what, alive in (("the edged daemon", self.daemon.proc.poll() is None),
-                            (f"the {self.peer.kind} server", self.peer.running)):
-            if not alive:
+        alive = [("the edged daemon", self.daemon.proc.poll() is None),
+                 (f"the {self.peer.kind} server", self.peer.running)]
+        if self.floor is not None:
+            alive.append(("the gRPC floor", self.floor.running))
+        for what, up in alive:
+            if not up:
                 raise RuntimeError(f"{what} exited during the run")
+
+    def _signal(self, server: str, freeze: bool) -> None:
+        if server == "peer":
+            self.peer.freeze() if freeze else self.peer.thaw()
+            return
+        pid = self.daemon.pid if server == "edged" else self.floor.pid  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGSTOP if freeze else signal.SIGCONT)
 
 
 def compare(args: argparse.Namespace, daemon: Daemon, address: str, peer: Peer,
-            info: dict[str, Any]) -> dict[str, Any]:
-    """The rounds: each server at one client then ``--clients``, the other frozen."""
+            info: dict[str, Any], floor: GrpcFloor | None = None) -> dict[str, Any]:
+    """The rounds: each server at one client then ``--clients``, the others frozen."""
     with daemon.client(timeout_s=10) as c:
         model = {m["name"]: m for m in c.models().header["models"]}[args.model or "model"]
     ns = argparse.Namespace(**{**vars(args), "model": model["name"]})
     header, frames = request(model, ns)
-    frozen = _Frozen(daemon, peer)
+    frozen = _Frozen(daemon, peer, floor)
+    servers = SERVERS if floor is None else WITH_FLOOR
     targets = {"edged": address, "peer": peer.grpc}
+    if floor is not None:
+        targets["floor"] = floor.address
     phases = [(1, "1 client"), (args.clients, f"{args.clients} clients")]
     warm = min(2.0, args.duration)
-    for server in SERVERS:  # unmeasured: connections, ORT's first runs, the batch sizes
+    for server in servers:  # unmeasured: connections, ORT's first runs, the batch sizes
         frozen.only(server)
         drive(_namespace(args, targets[server], args.clients, warm), header, frames,
               f"warm-up {server}")
     rounds = []
     for k in range(args.rounds):
         rnd: dict[str, Any] = {}
-        for server in (SERVERS if k % 2 == 0 else SERVERS[::-1]):
+        for server in (servers if k % 2 == 0 else servers[::-1]):
             frozen.only(server)
             rnd[server] = {}
             for n, what in phases:
-                label = f"round {k + 1} {'edged' if server == 'edged' else peer.kind}, {what}"
+                label = f"round {k + 1} {_name(server, peer.kind)}, {what}"
                 rnd[server][str(n)] = drive(_namespace(args, targets[server], n,
                                                        args.duration), header, frames, label)
         rounds.append(rnd)
@@ -191,7 +216,7 @@ def compare(args: argparse.Namespace, daemon: Daemon, address: str, peer: Peer,
             "max_batch_size": args.max_batch_size, "clients": [1, args.clients],
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
                      if k not in ("func", "watch")},
-            "rounds": rounds, "ratios": ratios(rounds, args.clients),
+            "rounds": rounds, "ratios": ratios(rounds, args.clients, floor is not None),
             "load_avg_end": [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -202,16 +227,20 @@ def _namespace(args: argparse.Namespace, address: str, clients: int,
                               transport="socket")
 
 
-def ratios(rounds: list[dict[str, Any]], clients: int) -> dict[str, float]:
-    """edged/peer per round, for each measure and phase; the median over rounds."""
+def ratios(rounds: list[dict[str, Any]], clients: int,
+           floor: bool = False) -> dict[str, float]:
+    """edged/peer (and with the floor, edged/floor and peer/floor) per round, for each
+    measure and phase; the median over rounds."""
+    pairs = [("edged", "peer")] + ([("edged", "floor"), ("peer", "floor")] if floor else [])
     out = {}
-    for n in sorted({1, clients}):
-        for label, key in METRICS:
-            per_round = [_div(r["edged"][str(n)][key], r["peer"][str(n)][key]) for r in rounds]
-            per_round = [v for v in per_round if v == v]  # nan: a phase with no reply
-            what = "1 client" if n == 1 else f"{n} clients"
-            out[f"{label} edged/peer, {what}"] = (statistics.median(per_round) if per_round
-                                                  else float("nan"))
+    for a, b in pairs:
+        for n in sorted({1, clients}):
+            for label, key in METRICS:
+                per_round = [_div(r[a][str(n)][key], r[b][str(n)][key]) for r in rounds]
+                per_round = [v for v in per_round if v == v]  # nan: a phase with no reply
+                what = "1 client" if n == 1 else f"{n} clients"
+                out[f"{label} {a}/{b}, {what}"] = (statistics.median(per_round) if per_round
+                                                   else float("nan"))
     return out
 
 
@@ -219,12 +248,16 @@ def _div(a: float, b: float) -> float:
     return a / b if b and a == a and b == b else float("nan")
 
 
+def _name(server: str, kind: str) -> str:
+    return {"peer": kind, "floor": "gRPC floor"}.get(server, server)
+
+
 def show_round(rnd: dict[str, Any], kind: str, clients: int) -> None:
-    for server in SERVERS:
-        name = "edged" if server == "edged" else kind
+    for server in rnd:
+        name = _name(server, kind)
         for n in sorted({1, clients}):
             d = rnd[server][str(n)]
-            print(f"{name:<9} {n:>2} client(s): {d['throughput']:8.1f}/s  p50 "
+            print(f"{name:<10} {n:>2} client(s): {d['throughput']:8.1f}/s  p50 "
                   f"{d['p50_ms']:7.2f} ms  p99 {d['p99_ms']:7.2f} ms  statuses {d['statuses']}")
 
 
