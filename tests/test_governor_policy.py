@@ -26,11 +26,13 @@ from support.sysfs import (
     set_zone_temp,
 )
 
+from edged.config.governor import GovernorConfig, auto_levels
 from edged.config.schema import Table, raise_if_problems
 from edged.errors import ConfigError
-from edged.governor import Decision, Governor, GovernorConfig, Readings, auto_levels
+from edged.governor.decision import Decision
 from edged.governor.metrics import GovernorMetrics
-from edged.governor.sensors import Sensors
+from edged.governor.policy import Governor
+from edged.governor.sensors import Readings, Sensors
 
 
 class Clock:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edged.governor import GovernorConfig
+from edged.config.governor import GovernorConfig
 from edged.governor.replay import replay
 from edged.governor.trace import TraceError, load_trace
 
