@@ -60,6 +60,15 @@ def test_csv_parses_zones_rails_total_and_throttle_marks(tmp_path: Path) -> None
     assert s.power == {"VDD_IN": 6.0, "VDD_GPU": 1.2} and s.total_power_w == 6.0
 
 
+def test_csv_total_is_the_total_w_column_else_the_rails_as_the_sampler_takes_them(
+        tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text("t_s,cpu_c,VDD_IN_w,VDD_GPU_w,total_w\n0,50,5.5,1.0,7.0\n1,50,5.5,1.0,\n")
+    assert [s.total_power_w for s in load_trace(p).samples] == [7.0, 5.5]
+    p.write_text("t_s,cpu_c,VDD_CPU_w,VDD_GPU_w\n0,50,2.0,1.0\n1,50,,\n")
+    assert [s.total_power_w for s in load_trace(p).samples] == [3.0, None]
+
+
 def test_tegrastats_jetpack5_with_timestamps_and_jetpack4_without(tmp_path: Path) -> None:
     p5 = tmp_path / "jp5.log"
     p5.write_text("\n".join(JP5.format(stamp=f"10-01-2025 20:05:{55 + i}", cpu=40 + i,
