@@ -26,7 +26,7 @@ import zmq.asyncio
 
 from edged.errors import StartupError
 
-log = logging.getLogger("edged.server")
+log = logging.getLogger(__name__)
 
 LOOPBACK_PREFIXES = ("tcp://127.", "tcp://localhost:", "tcp://[::1]:")
 

@@ -38,7 +38,7 @@ from edged.protocols.admission import Admission, Ticket
 from edged.protocols.kserve.tensors import Tensor, datatype, triton_type
 from edged.protocols.serving import Serving
 
-log = logging.getLogger("edged.kserve")
+log = logging.getLogger("edged.protocols.kserve")
 
 DETECTIONS = "detections"
 EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "schedule_policy"]

@@ -22,7 +22,7 @@ from edged.errors import EdgedError, InvalidArgument, ResourceExhausted
 from edged.protocols.kserve.core import InferAnswer, InferCall, KServeCore
 from edged.protocols.kserve.tensors import as_wire, datatype, http_inputs
 
-log = logging.getLogger("edged.kserve")
+log = logging.getLogger("edged.protocols.kserve")
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 STATUS = {

@@ -17,7 +17,7 @@ from edged.errors import StartupError
 from edged.protocols.kserve.core import KServeCore
 from edged.protocols.serving import Listener, Loop, Serving
 
-log = logging.getLogger("edged.kserve")
+log = logging.getLogger("edged.protocols.kserve")
 
 #: seconds a call in flight gets to finish when a listener closes (reload or stop)
 CLOSE_GRACE_S = 2.0

@@ -37,7 +37,7 @@ from edged.protocols.native.shm_frames import Read, ShmFrames
 from edged.protocols.serving import Listener, Loop, Serving
 from edged.protocols.sockets import split_envelope
 
-log = logging.getLogger("edged.server")
+log = logging.getLogger("edged.protocols.native")
 
 #: image decodes queued at once, all clients together (each holds a decoded frame)
 MAX_PENDING_DECODES = 64
@@ -123,7 +123,7 @@ class NativeRoom:
             raise StartupError(str(e)) from None
         from zmq.auth.asyncio import AsyncioAuthenticator
 
-        self._auth = AsyncioAuthenticator(self.state.zmq, log=logging.getLogger("edged.auth"))
+        self._auth = AsyncioAuthenticator(self.state.zmq, log=log)
         self._auth.start()
         self._auth.configure_curve(domain="*", location=str(cfg.curve.clients_dir))
         return keys

@@ -39,7 +39,7 @@ from edged.protocols.native.shm_rings import (
 )
 from edged.protocols.serving import Serving
 
-log = logging.getLogger("edged.server")
+log = logging.getLogger("edged.protocols.native")
 
 #: a request naming at least this many slot bytes is read on the decode pool
 OFF_LOOP_BYTES = 1 << 20
