@@ -2,8 +2,9 @@
 
 The contracts are in pyproject.toml (``[tool.importlinter]``): each package imports only
 from the layers below it, the protocols not from each other, the runtimes never from the
-compiler, the test harness from nothing that ships in the daemon, and no package has an
-import cycle between its modules.
+compiler, the test harness only from the tools that start daemons (``bench``, ``device``;
+so from nothing that ships in the daemon, and from the CLI only through them), and no package
+has an import cycle between its modules.
 """
 
 from __future__ import annotations
