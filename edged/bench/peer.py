@@ -39,7 +39,8 @@ from edged.bench.floor import cores
 from edged.bench.loadgen import drive, request
 from edged.testing.configs import config_text, model_table, variant
 from edged.testing.harness import Daemon, free_port, machine_info, say_machine
-from edged.testing.peers import KINDS, Peer, PeerUnavailable
+from edged.testing.peer_venvs import KINDS, PeerUnavailable
+from edged.testing.peers import Peer
 
 SERVERS = ("edged", "peer")
 METRICS = (("throughput", "throughput"), ("p50", "p50_ms"), ("p99", "p99_ms"))
