@@ -1,4 +1,4 @@
-"""The KServe v2 gRPC room: ``inference.GRPCInferenceService`` on grpc's own threads.
+"""The KServe v2 gRPC server: ``inference.GRPCInferenceService`` on grpc's own threads.
 
 Why grpc's threads and not ``grpc.aio`` on the event loop: with ``grpc.aio`` the library's
 own per-call work (HTTP/2 framing, its Cython callbacks, the socket writes) runs on the

@@ -1,4 +1,4 @@
-"""The KServe v2 HTTP/REST room: ``/v2/...`` on aiohttp, on the daemon's event loop.
+"""The KServe v2 HTTP/REST server: ``/v2/...`` on aiohttp, on the daemon's event loop.
 
 Tensors come as JSON ``data`` or through the binary-tensor extension (a JSON header of
 ``Inference-Header-Content-Length`` bytes, then each input's ``binary_data_size`` bytes),

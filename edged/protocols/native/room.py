@@ -2,8 +2,8 @@
 
 Binding: every endpoint a ROUTER; a network (non-loopback tcp) endpoint needs CURVE
 (``[server.curve]``) unless ``[server] insecure = true``. One request, in order:
-the socket's ``Router`` -> ``handle`` (parse; ``Admission.admit``; shared-memory inputs read by the
-shm room) -> ``Model.prepare`` (on the event loop for raw tensors, on the decode pool for
+the socket's ``Router`` -> ``handle`` (parse; ``Admission.admit``; shared-memory inputs read by
+``shm_frames``) -> ``Model.prepare`` (on the event loop for raw tensors, on the decode pool for
 images) -> ``Admission.submit`` -> the model's batcher computes -> ``Admission`` counts the
 outcome -> ``_respond`` (reply frames). Every request that can be attributed to a sender
 gets exactly one reply.

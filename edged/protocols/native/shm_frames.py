@@ -1,6 +1,7 @@
-"""The shared-memory room: hand out slot rings, read the slots requests name, reap rings.
+"""Shared-memory frames for the native room: hand out slot rings, read the slots requests
+name, reap rings.
 
-Why a room of its own: rings belong to clients (one ROUTER identity each), live beyond any
+Why a module of its own: rings belong to clients (one ROUTER identity each), live beyond any
 one request, and must go away when their client does, which ZeroMQ does not tell a ROUTER.
 So a ring is dropped when its process is gone (the client says its pid) or nobody has used
 it for ``idle_s``; ``loop`` checks every ``check_s``, and ``close`` unlinks whatever is left
