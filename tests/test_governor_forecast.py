@@ -12,10 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edged.config.governor import GovernorConfig
 from edged.config.schema import Table, raise_if_problems
 from edged.errors import ConfigError
-from edged.governor import Decision, Governor, GovernorConfig, Readings
+from edged.governor.decision import Decision
 from edged.governor.forecast import fit_first_order
+from edged.governor.policy import Governor
+from edged.governor.sensors import Readings
 from edged.governor.simulate import Plant, compare, default_ladder
 from edged.governor.thermal_model import choose_rung
 

@@ -26,11 +26,13 @@ from support.sysfs import (
     set_zone_temp,
 )
 
+from edged.config.governor import GovernorConfig, auto_levels
 from edged.config.schema import Table, raise_if_problems
 from edged.errors import ConfigError
-from edged.governor import Decision, Governor, GovernorConfig, Readings, auto_levels
+from edged.governor.decision import Decision
 from edged.governor.metrics import GovernorMetrics
-from edged.governor.sensors import Sensors
+from edged.governor.policy import Governor
+from edged.governor.sensors import Readings, Sensors
 
 
 class Clock:
@@ -554,3 +556,28 @@ def test_replay_command_reads_a_recorded_tree(tmp_path: Path, capsys) -> None:
     assert out["trip_c"] == 99.0
     assert out["decision"]["level"] == "warm"  # 88 °C ≥ 99 − 15
     assert out["readings"]["temperatures"] == {"cpu-thermal": 88.0}
+
+
+def test_replay_command_names_a_bad_key_as_the_daemon_does(tmp_path: Path, capsys) -> None:
+    """``python -m edged.governor`` reads ``[governor]`` through the config package: the
+    same problem text as ``load_config`` (file, ``governor.<key>``), all at once, exit 2."""
+    from edged.config.file import load_config
+    from edged.governor.__main__ import main
+
+    cfg = tmp_path / "edged.toml"
+    cfg.write_text('[governor]\ndwell_s = -1\nstale_polcy = "hot"\n')
+    assert main(["--config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert f"{cfg}: governor.dwell_s: must be >= 0; got -1.0" in err
+    assert f"{cfg}: governor.stale_polcy: unknown key (did you mean 'stale_policy'?)" in err
+    with pytest.raises(ConfigError) as daemon:
+        load_config(cfg)
+    assert all(line in daemon.value.problems for line in err.strip().splitlines())
+    cfg.write_text('governor = 3\n')
+    assert main(["--config", str(cfg)]) == 2
+    assert f"{cfg}: governor: expected a table, got 3" in capsys.readouterr().err
+    cfg.write_text('[governor\n')
+    assert main(["--config", str(cfg)]) == 2
+    assert f"{cfg}: invalid TOML" in capsys.readouterr().err
+    assert main(["--config", str(tmp_path / "absent.toml")]) == 2
+    assert "cannot read config file" in capsys.readouterr().err

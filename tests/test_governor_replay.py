@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edged.governor import GovernorConfig
+from edged.config.governor import GovernorConfig
 from edged.governor.replay import replay
 from edged.governor.trace import TraceError, load_trace
 
@@ -58,6 +58,15 @@ def test_csv_parses_zones_rails_total_and_throttle_marks(tmp_path: Path) -> None
     s = tr.samples[1]
     assert s.timestamp == 1.5 and s.temperatures == {"cpu-thermal": 51.0}  # empty = not read
     assert s.power == {"VDD_IN": 6.0, "VDD_GPU": 1.2} and s.total_power_w == 6.0
+
+
+def test_csv_total_is_the_total_w_column_else_the_rails_as_the_sampler_takes_them(
+        tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text("t_s,cpu_c,VDD_IN_w,VDD_GPU_w,total_w\n0,50,5.5,1.0,7.0\n1,50,5.5,1.0,\n")
+    assert [s.total_power_w for s in load_trace(p).samples] == [7.0, 5.5]
+    p.write_text("t_s,cpu_c,VDD_CPU_w,VDD_GPU_w\n0,50,2.0,1.0\n1,50,,\n")
+    assert [s.total_power_w for s in load_trace(p).samples] == [3.0, None]
 
 
 def test_tegrastats_jetpack5_with_timestamps_and_jetpack4_without(tmp_path: Path) -> None:

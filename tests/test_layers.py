@@ -2,12 +2,14 @@
 
 The contracts are in pyproject.toml (``[tool.importlinter]``): each package imports only
 from the layers below it, the protocols not from each other, the runtimes never from the
-compiler, the test harness from nothing that ships in the daemon, and no package has an
-import cycle between its modules.
+compiler, the test harness only from the tools that start daemons (``bench``, ``device``;
+so from nothing that ships in the daemon, and from the CLI only through them), and no package
+has an import cycle between its modules.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -39,3 +41,35 @@ def test_every_detector_layout_has_one_decoder() -> None:
 
     assert set(DECODE) == set(LAYOUTS)
     assert {t.layout for t in FRIGATE_TYPES.values()} <= set(LAYOUTS)
+
+
+#: loggers still named apart from where they live, in files other branches own today
+#: (delivery, Frigate, pipelines); they leave this list when renamed
+LOGGERS_NOT_YET_RENAMED = {
+    "edged/delivery/rung_builds.py": "edged.rungs",
+    "edged/delivery/store.py": "edged.store",
+    "edged/protocols/frigate/handshake.py": "edged.frigate",
+    "edged/protocols/frigate/room.py": "edged.frigate",
+    "edged/protocols/frigate/sent.py": "edged.frigate",
+    "edged/model/pipeline/pipeline.py": "edged.pipeline",
+    "edged/server/delivery.py": "edged.delivery",
+}
+
+
+def test_every_logger_is_named_after_its_package_or_module() -> None:
+    """An operator filters the journal by a line's logger name and looks for the code in
+    the folder it names: ``edged.<package>`` or ``edged.<package>.<module>`` of the file."""
+    named = re.compile(r"getLogger\(\s*[\"'](edged(?:\.\w+)*)[\"']\s*\)")
+    wrong = []
+    for path in sorted((ROOT / "edged").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        parts = rel.removesuffix(".py").split("/")
+        where = parts[:-1] if parts[-1] == "__init__" else parts
+        for name in named.findall(path.read_text(encoding="utf-8")):
+            if rel == "edged/host/logs.py" and name == "edged":
+                continue  # the level of every edged logger, set once
+            dotted = name.split(".")
+            ok = len(dotted) >= 2 and where[: len(dotted)] == dotted
+            if not ok and LOGGERS_NOT_YET_RENAMED.get(rel) != name:
+                wrong.append(f"{rel}: {name}")
+    assert not wrong, wrong

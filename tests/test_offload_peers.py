@@ -8,7 +8,7 @@ INTERNAL / 500). Each daemon also maps a model the remote does not serve the ten
 (``slow`` -> the remote's digits), which the metadata check must keep local.
 
 Why module-scoped: one server process per kind and two daemons serve every test of that
-kind (the suite's time). The peers' venvs are built on first use (``peers.cache_root``)
+kind (the suite's time). The peers' venvs are built on first use (``peer_venvs.cache_root``)
 and a peer that cannot be built or started here skips its tests with the reason.
 """
 
@@ -33,7 +33,7 @@ from support.sysfs import make_thermal_zone
 from support.waits import wait_until
 
 from edged.cli.status_text import format_status
-from edged.testing import peers
+from edged.testing import peer_venvs, peers
 
 # A clean machine builds each peer's venv in its first test's setup (a minute or so).
 pytestmark = pytest.mark.timeout(900)
@@ -58,7 +58,7 @@ def reference(x: np.ndarray) -> np.ndarray:
 WANT = reference(X)
 
 
-@pytest.fixture(scope="module", params=peers.KINDS)
+@pytest.fixture(scope="module", params=peer_venvs.KINDS)
 def peer(request: pytest.FixtureRequest,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[peers.Peer]:
     kind = request.param

@@ -47,7 +47,7 @@ def test_first_load_writes_the_cache_and_the_second_loads_it(model, tmp_path, ca
                                                              suffix: str) -> None:
     cache = tmp_path / "cache" / f"cnn.opt{suffix}"
     cache.parent.mkdir()
-    caplog.set_level(logging.INFO, logger="edged.backends.onnxruntime")
+    caplog.set_level(logging.INFO, logger="edged.backends.support.ort_cache")
     ref = _open(model, None).run({"input": X})["logits"]
 
     first = _open(model, cache).run({"input": X})["logits"]
@@ -73,7 +73,7 @@ def test_a_newer_source_rebuilds_the_cache(model, tmp_path, caplog) -> None:
     _open(model, cache)
     src = model.stat().st_mtime_ns
     os.utime(cache, ns=(src - 10**9, src - 10**9))  # i.e. the source was edited after it
-    caplog.set_level(logging.INFO, logger="edged.backends.onnxruntime")
+    caplog.set_level(logging.INFO, logger="edged.backends.support.ort_cache")
     _open(model, cache)
     assert "rebuilding (older than the source model)" in caplog.text
     assert cache.stat().st_mtime_ns > model.stat().st_mtime_ns
@@ -96,7 +96,7 @@ def test_a_different_key_rebuilds_the_cache(model, tmp_path, caplog, change, fie
         kp.write_text(json.dumps({**json.loads(kp.read_text()), "onnxruntime": "1.0.0"}))
     else:
         kw = change
-    caplog.set_level(logging.INFO, logger="edged.backends.onnxruntime")
+    caplog.set_level(logging.INFO, logger="edged.backends.support.ort_cache")
     _open(model, cache, **kw)
     assert f"rebuilding (key differs in {field})" in caplog.text
     stored = json.loads(ort_cache.key_path(cache).read_text())
@@ -113,7 +113,7 @@ def test_a_corrupt_cache_is_discarded_and_rebuilt(model, tmp_path, caplog) -> No
     cache = tmp_path / "cnn.opt.onnx"
     _open(model, cache)
     cache.write_bytes(b"not an onnx model")  # newer than the source, key still matching
-    caplog.set_level(logging.INFO, logger="edged.backends.onnxruntime")
+    caplog.set_level(logging.INFO, logger="edged.backends.support.ort_cache")
     out = _open(model, cache).run({"input": X})["logits"]
     assert "could not be loaded; rebuilding it" in caplog.text
     assert cache.stat().st_size > 1000
@@ -126,7 +126,7 @@ def test_a_cache_without_its_key_file_is_not_trusted(model, tmp_path, caplog) ->
     cache = tmp_path / "cnn.opt.onnx"
     _open(model, cache)
     ort_cache.key_path(cache).unlink()
-    caplog.set_level(logging.INFO, logger="edged.backends.onnxruntime")
+    caplog.set_level(logging.INFO, logger="edged.backends.support.ort_cache")
     _open(model, cache)
     assert "no readable key file" in caplog.text and ort_cache.key_path(cache).is_file()
 
@@ -134,7 +134,7 @@ def test_a_cache_without_its_key_file_is_not_trusted(model, tmp_path, caplog) ->
 def test_an_unwritable_cache_folder_only_costs_time(model, tmp_path, caplog) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache folder should be")
-    caplog.set_level(logging.INFO, logger="edged.backends.onnxruntime")
+    caplog.set_level(logging.INFO, logger="edged.backends.support.ort_cache")
     out = _open(model, blocker / "sub" / "cnn.opt.onnx").run({"input": X})["logits"]
     assert out.shape == (2, 10)
     assert "folder not writable; loading cnn-fp32.onnx without a cache" in caplog.text

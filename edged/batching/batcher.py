@@ -36,7 +36,7 @@ from edged.errors import EdgedError, Unavailable
 #: from one request even if it says the request would be late
 PROBE_AFTER_S = 1.0
 
-log = logging.getLogger("edged.batcher")
+log = logging.getLogger("edged.batching")
 
 
 class Batcher:

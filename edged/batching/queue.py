@@ -29,7 +29,7 @@ from edged.errors import (
     Unavailable,
 )
 
-log = logging.getLogger("edged.batcher")
+log = logging.getLogger("edged.batching")
 
 
 @dataclass

@@ -45,7 +45,8 @@ from edged.bench.grpc_floor import GrpcFloor
 from edged.bench.loadgen import drive, request
 from edged.testing.configs import config_text, model_table, variant
 from edged.testing.harness import Daemon, free_port, machine_info, say_machine
-from edged.testing.peers import KINDS, Peer, PeerUnavailable
+from edged.testing.peer_venvs import KINDS, PeerUnavailable
+from edged.testing.peers import Peer
 
 #: the servers of a run, in the order of an even round (odd rounds go backwards)
 SERVERS = ("edged", "peer")

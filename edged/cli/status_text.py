@@ -1,6 +1,6 @@
 """``edged status`` for a person: the control ``status`` reply as a few lines of text.
 
-Why apart from the CLI: every room adds what an operator should see (models and
+Why apart from the CLI: every part of the daemon adds what an operator should see (models and
 variants, pins, the governor's level and why, Frigate endpoints and their rungs,
 KServe listeners, OpenVINO's runtime), and the text grows with them.
 """

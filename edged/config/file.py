@@ -95,14 +95,37 @@ def parse_config(data: dict[str, Any], file: Path | str) -> Config:
 def load_config(path: str | Path) -> Config:
     """Read and validate a config file; raises ConfigError listing every problem."""
     p = Path(path)
+    return parse_config(_read_toml(p), p)
+
+
+def load_governor(path: str | Path | None) -> GovernorConfig:
+    """The ``[governor]`` table of a config file, read as the daemon reads it.
+
+    Why not ``load_config``: ``python -m edged.governor`` and ``edged governor replay``
+    run on a board before it serves anything, from a file that may hold only a
+    ``[governor]`` table, so the rest of the file is not checked. The table itself goes
+    through the same reader, so a problem names the file and ``governor.<key>`` exactly
+    as ``edged check`` and the daemon do. ``None`` gives the defaults of an empty table.
+    """
+    if path is None:
+        root = Table({}, "", "(defaults)", base_dir=Path.cwd())
+    else:
+        file = Path(path).resolve()
+        root = Table(_read_toml(file), "", file)
+    governor = GovernorConfig.from_table(root.table("governor"))
+    raise_if_problems(root.problems)
+    return governor
+
+
+def _read_toml(p: Path) -> dict[str, Any]:
+    """A config file's TOML; a file that cannot be read is one problem naming it."""
     try:
         raw = p.read_bytes()
     except OSError as e:
         raise ConfigError([f"{p}: cannot read config file: {e.strerror or e}"]) from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ConfigError([f"{p}: not UTF-8 text: {e}"]) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError([f"{p}: invalid TOML: {e}"]) from None
-    return parse_config(data, p)

@@ -12,32 +12,22 @@ import json
 import logging
 import sys
 import time
-import tomllib
+from dataclasses import replace
 from pathlib import Path
 
+from edged.config.file import load_governor
 from edged.config.governor import GovernorConfig
-from edged.config.schema import Table, raise_if_problems
 from edged.errors import ConfigError
 from edged.governor.policy import Governor
 from edged.governor.sensors import Sensors
 
 
 def load(config: Path | None, root: str | None) -> GovernorConfig:
-    data: dict[str, object] = {}
-    file: str | Path = "(defaults)"
-    if config is not None:
-        with config.open("rb") as f:
-            doc = tomllib.load(f)
-        gov = doc.get("governor", {})
-        data = dict(gov) if isinstance(gov, dict) else {}
-        file = config
-    data["enabled"] = True
+    """The ``[governor]`` table of ``config`` (defaults without one), switched on, its
+    sysfs root replaced by ``root`` when given (relative to the current folder)."""
+    cfg = replace(load_governor(config), enabled=True)
     if root is not None:
-        data["sysfs_root"] = str(Path(root).resolve())
-    problems: list[str] = []
-    base = config.resolve().parent if config else Path.cwd()
-    cfg = GovernorConfig.from_table(Table(data, "governor", file, problems, base_dir=base))
-    raise_if_problems(problems)
+        cfg = replace(cfg, sysfs_root=str(Path(root).resolve()))
     return cfg
 
 

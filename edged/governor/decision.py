@@ -1,7 +1,8 @@
 """What one governor step decides: the level, its actions and why.
 
-Why its own module: the policy (``policy.py``) produces it, the daemon's governing room
-applies it, metrics and replays read it; none of them needs the others to know its shape.
+Why its own module: the policy (``policy.py``) produces it, the daemon's governing module
+(``edged/server/governing.py``) applies it, metrics and replays read it; none of them needs
+the others to know its shape.
 """
 
 from __future__ import annotations

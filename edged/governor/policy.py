@@ -16,7 +16,7 @@ Rules (docs/governor.md explains them for operators); each part is its own objec
   model is the heavier of the level's and the predicted choice (``prediction.py``).
 
 ``step`` is pure policy (no I/O: the sampler in ``sensors/`` reads, the daemon's
-governing room calls both) with time injected, so tests drive it with ramps.
+governing module calls both) with time injected, so tests drive it with ramps.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tomllib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -62,10 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         cfg = load(args.config, None)
-    except tomllib.TOMLDecodeError as e:
-        print(f"edged governor replay: {args.config}: {e}", file=sys.stderr)
-        return 2
-    except (ConfigError, OSError) as e:
+    except ConfigError as e:
         print(f"edged governor replay: {e}", file=sys.stderr)
         return 2
     try:

@@ -13,7 +13,11 @@ read, chosen by content:
   skipped), rails ``NAME 5542mW/5542mW`` (JetPack 5/6) or ``NAME 3566/3566`` (JetPack 4,
   mW). Names are lower-cased (``CPU@`` → ``cpu``).
 
-Every bad row raises :class:`TraceError` naming the file and line number.
+Every bad row raises :class:`TraceError` naming the file and line number. Why each row
+becomes a ``Partial`` first: the total power of a replayed sample is then decided where a
+live one's is (``sensors/sampler.py: total_power``), from the board reading the row gives
+(``total_w``, else the rails by the INA3221 source's own rule, ``ina_total``), so a replay
+and the daemon cannot disagree on what "total" means.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from edged.governor.sensors import RAIL, THERMAL, THROTTLE, Readings, ina_total
+from edged.governor.sensors import RAIL, THERMAL, THROTTLE, Partial, Readings, ina_total
+from edged.governor.sensors.sampler import total_power
 
 THROTTLED = "throttled"
 TEGRA_TIME = re.compile(r"^(\d\d-\d\d-\d{4} \d\d:\d\d:\d\d)\s+")
@@ -73,14 +78,18 @@ def load_trace(path: str | Path, interval_s: float = 1.0) -> Trace:
 
 
 def _readings(t: float, temps: dict[str, float], rails: dict[str, float],
-              total: float | None, throttled: bool | None) -> Readings:
-    kinds = dict.fromkeys(temps, THERMAL) | dict.fromkeys(rails, RAIL)
-    flags = {}
+              board_w: float | None, throttled: bool | None) -> Readings:
+    """One row as the sources would have reported it (``board_w``: a ``total_w`` cell;
+    None: the rails' own total by the INA3221 rule), its total decided by the sampler's."""
+    part = Partial(temperatures=temps, power=rails,
+                   kinds=dict.fromkeys(temps, THERMAL) | dict.fromkeys(rails, RAIL),
+                   board_w=board_w if board_w is not None else ina_total(rails))
     if throttled is not None:
-        flags[THROTTLED] = throttled
-        kinds[THROTTLED] = THROTTLE
-    return Readings(timestamp=t, wall_time=t, temperatures=temps, power=rails,
-                    total_power_w=total, throttled=flags, kinds=kinds)
+        part.throttled[THROTTLED] = throttled
+        part.kinds[THROTTLED] = THROTTLE
+    return Readings(timestamp=t, wall_time=t, temperatures=part.temperatures,
+                    power=part.power, total_power_w=total_power(part),
+                    throttled=part.throttled, kinds=part.kinds)
 
 
 # -- CSV ----------------------------------------------------------------------------------------
@@ -130,8 +139,6 @@ def _csv(p: Path, lines: list[str]) -> Trace:
                 rails[name[:-2]] = value
             else:
                 temps[name[:-2]] = value
-        if total is None:
-            total = ina_total(rails)
         samples.append(_readings(t, temps, rails, total, throttled))
         marks.append(bool(throttled))
     has_marks = THROTTLED in header
@@ -183,6 +190,6 @@ def _tegrastats(p: Path, lines: list[str], interval_s: float) -> Trace:
         rails = {name: float(now) / 1000.0 for name, now, _avg in TEGRA_RAIL.findall(line)}
         if not temps:
             raise TraceError(f"{p}:{no}: tegrastats line without temperatures (name@NN.NC)")
-        samples.append(_readings(t, temps, rails, ina_total(rails), None))
+        samples.append(_readings(t, temps, rails, None, None))
         prev_t = t
     return Trace(str(p), "tegrastats", tuple(samples), None)

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 import os
-
-log = logging.getLogger("edged.memory")
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter number
 DEFAULT_ARENAS = 2

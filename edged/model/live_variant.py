@@ -39,9 +39,7 @@ from edged.model.standby import Standby
 from edged.verify.compare import VerifyRefused
 from edged.verify.verifier import Opened, Reference, Verifier
 
-log = logging.getLogger("edged.variants")
-#: a model's load and swap events keep the logger name operators filter the journal on
-model_log = logging.getLogger("edged.model")
+log = logging.getLogger("edged.model")
 
 
 #: the standby rung waits for check inputs (served ones) this often, this many times
@@ -178,7 +176,7 @@ class LiveVariant:
             self.last_swap = {"from": cur.config.name, "to": v.name, "reason": reason, "ok": True,
                               "ms": round(ms, 1), "drained": tight, "standby": held is not None,
                               "at": time.time()}
-            model_log.info("variant swap model=%s from=%s to=%s reason=%r drained=%s "
+            log.info("variant swap model=%s from=%s to=%s reason=%r drained=%s "
                            "standby=%s swap_ms=%.0f", self.name, cur.config.name, v.name,
                            reason, tight, held is not None, ms)
             return True
@@ -248,7 +246,7 @@ class LiveVariant:
             if index == self.verifier.reference_index:
                 return loaded
             self.metrics.variant_checks.labels(self.name, v, "unverified").inc()
-            model_log.warning("unverified variant goes live model=%s variant=%s "
+            log.warning("unverified variant goes live model=%s variant=%s "
                               "(verify = false)", self.name, v)
             return loaded
         try:
@@ -259,7 +257,7 @@ class LiveVariant:
                 self._refused(v, e)
             raise
         self.metrics.variant_checks.labels(self.name, v, "ok").inc()
-        model_log.info("verify ok model=%s variant=%s %s", self.name, v, checked)
+        log.info("verify ok model=%s variant=%s %s", self.name, v, checked)
         return loaded
 
     def _checked(self, index: int) -> Loaded:
@@ -268,7 +266,7 @@ class LiveVariant:
     def _refused(self, variant: str, e: Exception) -> None:
         self.last_refusal = f"{variant}: {e}"  # what a reload of a changed file reports
         self.metrics.variant_checks.labels(self.name, variant, "refused").inc()
-        model_log.error("verify failed: variant refused model=%s variant=%s: %s", self.name,
+        log.error("verify failed: variant refused model=%s variant=%s: %s", self.name,
                         variant, e)
 
     async def _swap_drained(self, cur: Loaded, index: int, ref: Reference | None) -> None:
@@ -294,7 +292,7 @@ class LiveVariant:
         self.metrics.model_load_duration.labels(self.name, loaded.config.name).set(loaded.load_s)
         self.metrics.set_active(self.name, loaded.config.name, loaded.config.backend,
                                 loaded.digest)
-        model_log.info("model loaded model=%s variant=%s backend=%s device=%s load_ms=%.0f",
+        log.info("model loaded model=%s variant=%s backend=%s device=%s load_ms=%.0f",
                        self.name, loaded.config.name, loaded.config.backend,
                        loaded.backend.info.device, loaded.load_s * 1000)
 
@@ -304,7 +302,7 @@ class LiveVariant:
         if self.loaded is None:
             self.state = "failed"
             self.error = msg
-        model_log.error("load failed model=%s variant=%s error=%s", self.name, v.name, msg)
+        log.error("load failed model=%s variant=%s error=%s", self.name, v.name, msg)
 
 
 def check_spec(c: InputContract | None) -> TensorSpec | None:

@@ -24,7 +24,7 @@ from edged.model.artifact import artifact_digest
 from edged.model.heads import Head
 from edged.model.preopen import load_variant
 
-log = logging.getLogger("edged.variants")
+log = logging.getLogger("edged.model")
 
 
 @dataclass

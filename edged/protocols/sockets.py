@@ -1,9 +1,9 @@
 """ZeroMQ for the rooms that speak it: bind a ROUTER, read its envelope, reply without waiting.
 
 Why apart: everything that knows libzmq socket options and addressing lives here, so the
-native, Frigate and control rooms deal in envelopes and frames only.
+native and Frigate rooms and the control socket deal in envelopes and frames only.
 
-Why ``Router`` and not pyzmq's asyncio sockets for the request rooms: an asyncio socket
+Why ``Router`` and not pyzmq's asyncio sockets for the request sockets: an asyncio socket
 creates, resolves and re-polls a future for every receive and every send; profiled under
 8 clients on a small model that machinery was a fifth of the event loop's busy time. A
 ``Router`` lets the loop watch the socket's file descriptor and drains every waiting
@@ -26,7 +26,7 @@ import zmq.asyncio
 
 from edged.errors import StartupError
 
-log = logging.getLogger("edged.server")
+log = logging.getLogger(__name__)
 
 LOOPBACK_PREFIXES = ("tcp://127.", "tcp://localhost:", "tcp://[::1]:")
 

@@ -1,4 +1,4 @@
-"""The daemon, protocol-neutral, in rooms (one job per module):
+"""The daemon, protocol-neutral, one job per module:
 
 - ``lifecycle``: ``Server`` (start → serve → drain → stop), signals, the long-lived tasks;
   it composes the protocol rooms (``edged.protocols``) and drives each through ``Room``

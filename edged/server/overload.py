@@ -36,7 +36,7 @@ from edged.config.overload import OverloadConfig
 from edged.model.model import Model
 from edged.model.pipeline.pipeline import Pipeline
 
-log = logging.getLogger("edged.governor")
+log = logging.getLogger("edged.server")
 
 TICK_S = 0.5
 SETTLE_S = 1.0

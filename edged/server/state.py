@@ -1,8 +1,8 @@
-"""What the server's own rooms share: the rooms' ``Serving`` facts plus the daemon's.
+"""What the server's modules share: the protocol rooms' ``Serving`` facts plus the daemon's.
 
 Why one object: the lifecycle, control ops, reload, governor application and health all
 read the same few facts (config, phase, registry); keeping them here, and nothing else,
-means no room reaches into another's attributes. A protocol room is handed this object
+means no module reaches into another's attributes. A protocol room is handed this object
 as its ``Serving`` (``edged.protocols.serving``) and sees nothing of the rest.
 """
 

@@ -1,22 +1,13 @@
 """Real KServe v2 servers as peers: NVIDIA Triton, Seldon MLServer and KServe's ModelServer,
-each serving one ONNX model on loopback free ports, in a throwaway virtualenv of its own.
+each serving one ONNX model on loopback free ports, run from a venv of its own.
 
 Why real servers: edged's offload and its benchmark are about servers nobody here wrote;
 a second edged as the remote tests only what edged already agrees with. Each server
 answers refusals, errors and metadata its own way (``docs/kserve.md``, "Offloading to
 Triton, MLServer and KServe"), so the suite and ``edged bench --peer`` run the real ones.
-
-Why throwaway venvs outside the repository: each server brings hundreds of MB of
-dependencies whose pins (protobuf, grpcio, uvloop, fastapi) conflict with edged's own, so
-none of them is installed beside edged. A venv is created on first use by
-:func:`peer_python` under :func:`cache_root` (``$EDGED_PEERS_CACHE``, else
-``$XDG_CACHE_HOME/edged-peers``, else ``~/.cache/edged-peers``), keyed by the pinned
-requirements and the base interpreter, from PyPI with pip, so a clean machine builds it
-the first time (20-60 s each, pip's progress printed) and reuses it after. Creation
-holds a file lock (two test processes never build one venv twice) and the venv counts
-only once its marker file is written (an interrupted install is rebuilt, never used).
-Anything that stops a peer from being built or started is :class:`PeerUnavailable` with
-the reason, which a test turns into a skip.
+Each kind's venv is built and cached by ``peer_venvs`` (:func:`peer_venvs.peer_python`);
+anything that stops a peer from being built or started is ``peer_venvs.PeerUnavailable``
+with the reason, which a test turns into a skip.
 
 What each needs, and why it is set up as it is:
 
@@ -24,12 +15,8 @@ What each needs, and why it is set up as it is:
   backend (no ONNX Runtime backend is on PyPI), so the model is a python-backend model
   whose ``model.py`` runs the ONNX file with ``onnxruntime``; Triton itself does the
   protocol, dynamic batching and the checks of dtypes, shapes and ``max_batch_size``.
-  The venv is made from the system interpreter (``/usr/bin/python3``): the backend's stub
-  process links the system ``libpython3``, and a venv of another build of the same
-  Python version loads that build's standard library on top of it and fails.
-- **MLServer**: a small runtime class (MLServer has no ONNX runtime) and ``uvloop<0.22``
-  (with 0.22+ its inference worker finds no event loop at start and the server exits).
-  No adaptive batching (MLServer's default).
+- **MLServer**: a small runtime class (MLServer has no ONNX runtime). No adaptive
+  batching (MLServer's default).
 - **KServe**: a ``kserve.Model`` subclass run by ``ModelServer``, which binds every
   interface with no option to change it: the start script binds it to loopback (a test
   machine is shared). No batching (ModelServer has none).
@@ -46,191 +33,36 @@ it the way those servers refuse any request they cannot run (HTTP 500 / INTERNAL
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from edged.testing.harness import free_port
+from edged.testing.peer_venvs import (
+    PeerUnavailable,
+    Progress,
+    installed_versions,
+    peer_python,
+    say,
+    spec,
+)
 
-KINDS = ("triton", "mlserver", "kserve")
-#: the interpreter Triton's python backend links (its stub loads this libpython)
-SYSTEM_PYTHON = Path("/usr/bin/python3")
 #: seconds a server gets from start to ready (a cold start imports a lot)
 START_TIMEOUT_S = 120.0
-#: seconds a venv's pip install may take (downloads included)
-INSTALL_TIMEOUT_S = 1800.0
-
-Progress = Callable[[str], None]
-
-
-class PeerUnavailable(RuntimeError):
-    """A peer could not be built or started here; the message says why (a test skips)."""
 
 
 class _PortTaken(RuntimeError):
     """The server could not bind a port chosen free a moment before."""
-
-
-@dataclass(frozen=True)
-class PeerSpec:
-    """What one kind of server needs installed, and from which interpreter."""
-
-    kind: str
-    requirements: tuple[str, ...]
-    #: build the venv from :data:`SYSTEM_PYTHON` (Triton) rather than this interpreter
-    system_python: bool = False
-
-
-def _onnxruntime_pin() -> str:
-    """The peers run the ONNX Runtime edged runs, so a comparison compares servers."""
-    try:
-        import onnxruntime
-
-        return f"onnxruntime=={onnxruntime.__version__}"
-    except ImportError:
-        return "onnxruntime"
-
-
-def specs() -> dict[str, PeerSpec]:
-    ort = _onnxruntime_pin()
-    return {
-        "triton": PeerSpec("triton", ("nvidia-pytriton==0.7.0", ort), system_python=True),
-        "mlserver": PeerSpec("mlserver", ("mlserver==1.7.1", "uvloop<0.22", ort)),
-        "kserve": PeerSpec("kserve", ("kserve==0.21.0", ort)),
-    }
-
-
-def cache_root() -> Path:
-    """Where the peers' venvs live (never inside the repository)."""
-    if os.environ.get("EDGED_PEERS_CACHE"):
-        return Path(os.environ["EDGED_PEERS_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "edged-peers"
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def _base_python(spec: PeerSpec) -> Path:
-    if spec.system_python:
-        if not SYSTEM_PYTHON.exists():
-            raise PeerUnavailable(f"{spec.kind}: needs the system Python {SYSTEM_PYTHON} (its "
-                                  "server's python backend links the system libpython)")
-        return SYSTEM_PYTHON
-    return Path(getattr(sys, "_base_executable", sys.executable))
-
-
-def _interpreter_id(python: Path) -> str:
-    r = subprocess.run([str(python), "-c", "import sys; print(sys.version)"],
-                       capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
-        raise PeerUnavailable(f"{python} does not run: {r.stderr.strip()[-300:]}")
-    return r.stdout.strip()
-
-
-def venv_dir(spec: PeerSpec) -> Path:
-    """The venv's directory: the kind and a hash of what decides its contents."""
-    base = _base_python(spec)
-    key = json.dumps([spec.requirements, str(base.resolve()), _interpreter_id(base)])
-    return cache_root() / f"{spec.kind}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-
-
-@contextlib.contextmanager
-def _locked(path: Path, what: str, progress: Progress) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"peers: waiting for another process building {what}")
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def peer_python(kind: str, progress: Progress = _say) -> Path:
-    """The python of ``kind``'s venv, built first if it is not there yet."""
-    spec = _spec(kind)
-    root = venv_dir(spec)
-    python = root / "bin" / "python"
-    marker = root / ".complete"
-    if marker.exists():
-        return python
-    with _locked(root.with_name(root.name + ".lock"), f"the {kind} venv", progress):
-        if marker.exists():  # built by the process we waited for
-            return python
-        _build(spec, root, progress)
-        return python
-
-
-def _build(spec: PeerSpec, root: Path, progress: Progress) -> None:
-    shutil.rmtree(root, ignore_errors=True)  # an interrupted build is never reused
-    base = _base_python(spec)
-    progress(f"peers: creating the {spec.kind} venv in {root} from {base} "
-             f"({' '.join(spec.requirements)}); this takes a minute or so, once")
-    t0 = time.monotonic()
-    r = subprocess.run([str(base), "-m", "venv", str(root)], capture_output=True, text=True,
-                       timeout=300)
-    if r.returncode != 0:
-        raise PeerUnavailable(f"{spec.kind}: `{base} -m venv` failed (on Debian: apt-get "
-                              f"install python3-venv): {r.stderr.strip()[-500:]}")
-    cmd = [str(root / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-           "--no-input", "--progress-bar", "off", *spec.requirements]
-    tail = _run_streaming(cmd, f"peers: {spec.kind}: ", progress, INSTALL_TIMEOUT_S)
-    if tail is not None:
-        shutil.rmtree(root, ignore_errors=True)
-        raise PeerUnavailable(f"{spec.kind}: pip install {' '.join(spec.requirements)} "
-                              f"failed: {tail}")
-    freeze = subprocess.run([str(root / "bin" / "python"), "-m", "pip", "freeze"],
-                            capture_output=True, text=True, timeout=120).stdout
-    (root / ".complete").write_text(freeze)
-    progress(f"peers: the {spec.kind} venv is ready ({time.monotonic() - t0:.0f} s)")
-
-
-def _run_streaming(cmd: list[str], prefix: str, progress: Progress,
-                   timeout: float) -> str | None:
-    """Run ``cmd``, passing each line it prints to ``progress``; None on success, else the
-    end of its output."""
-    lines: list[str] = []
-    try:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    except OSError as e:
-        return str(e)
-    watchdog = threading.Timer(timeout, p.kill)  # pip stuck without a line to read
-    watchdog.start()
-    try:
-        assert p.stdout is not None
-        for line in p.stdout:
-            line = line.rstrip()
-            lines.append(line)
-            if line.startswith(("Collecting", "Installing", "Successfully", "ERROR")):
-                progress(prefix + line)
-        code = p.wait()
-    finally:
-        timed_out = not watchdog.is_alive()
-        watchdog.cancel()
-    if code == 0 and not timed_out:
-        return None
-    if timed_out:
-        lines.append(f"(stopped after {timeout:.0f} s)")
-    return "\n".join(lines[-15:])
 
 
 # -- the model a peer serves ------------------------------------------------------------------
@@ -297,8 +129,8 @@ class Peer:
 
     def __init__(self, kind: str, onnx: Path, workdir: Path, *, name: str = "model",
                  max_batch_size: int = 8, threads: int = 0,
-                 progress: Progress = _say) -> None:
-        _spec(kind)  # an unknown kind is refused before anything is read or built
+                 progress: Progress = say) -> None:
+        spec(kind)  # an unknown kind is refused before anything is read or built
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1; got {max_batch_size}")
         if threads < 0:
@@ -317,8 +149,7 @@ class Peer:
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
         """The server's command line and environment, its files written to ``workdir``."""
-        return {"triton": self._triton, "mlserver": self._mlserver,
-                "kserve": self._kserve}[self.kind]()
+        return COMMANDS[self.kind](self)
 
     # -- where it listens
     @property
@@ -344,14 +175,7 @@ class Peer:
     @property
     def versions(self) -> dict[str, str]:
         """The pinned packages as installed in the peer's venv (for a report)."""
-        wanted = {r.split("=")[0].split("<")[0].lower() for r in specs()[self.kind].requirements}
-        got = {}
-        freeze = self.python.parent.parent / ".complete"
-        for line in freeze.read_text().splitlines() if freeze.exists() else ():
-            name, sep, version = line.partition("==")
-            if sep and name.lower() in wanted:
-                got[name] = version
-        return got
+        return installed_versions(self.kind, self.python)
 
     @property
     def running(self) -> bool:
@@ -470,91 +294,97 @@ class Peer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- each kind's command and files
-    def _env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-        env.update(extra)
-        return env
 
-    def _copy(self, server_file: str, dest: Path) -> None:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(SERVERS / server_file, dest)
-
-    def _triton(self) -> tuple[list[str], dict[str, str]]:
-        site = next((self.python.parent.parent / "lib").glob("python3.*/site-packages"))
-        dist = site / "pytriton" / "tritonserver"
-        version = site.parent.name.removeprefix("python")
-        stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
-        if not stub.exists():
-            raise PeerUnavailable(f"triton: no python backend stub for Python {version} in "
-                                  f"{stub.parent.parent}")
-        backend = self.workdir / "backends" / "python"
-        backend.mkdir(parents=True, exist_ok=True)
-        for src in (dist / "backends" / "python" / "libtriton_python.so",
-                    dist / "backends" / "python" / "triton_python_backend_utils.py", stub):
-            link = backend / src.name
-            if not link.exists():
-                link.symlink_to(src)
-        model = self.workdir / "repository" / self.name
-        self._copy("triton_model.py", model / "1" / "model.py")
-        (model / "config.pbtxt").write_text(self._pbtxt())
-        libs = str(site / "nvidia_pytriton.libs")
-        env = self._env(PATH=f"{self.python.parent}:{os.environ.get('PATH', '')}",
-                        LD_LIBRARY_PATH=":".join(
-                            p for p in (os.environ.get("LD_LIBRARY_PATH"), libs) if p))
-        cmd = [str(dist / "bin" / "tritonserver"),
-               f"--model-repository={self.workdir / 'repository'}",
-               f"--backend-directory={self.workdir / 'backends'}",
-               "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
-               "--http-address=127.0.0.1", f"--http-port={self.http_port}",
-               "--allow-metrics=false", "--pinned-memory-pool-byte-size=0",
-               "--strict-readiness=true", "--exit-on-error=true", "--log-verbose=0",
-               # the stub's shared-memory region starts small and grows (pytriton's sizes)
-               "--backend-config=python,shm-default-byte-size=4194304",
-               "--backend-config=python,shm-growth-byte-size=1048576"]
-        return cmd, env
-
-    def _pbtxt(self) -> str:
-        def tensors(ts: list[Tensor]) -> str:
-            return ", ".join(f'{{ name: "{t.name}" data_type: TYPE_{t.datatype} dims: '
-                             f"{list(t.shape[1:])} }}" for t in ts)
-
-        return (f'name: "{self.name}"\nbackend: "python"\n'
-                f"max_batch_size: {self.max_batch_size}\n"
-                f"input [ {tensors(self.inputs)} ]\noutput [ {tensors(self.outputs)} ]\n"
-                "dynamic_batching { }\ninstance_group [ { kind: KIND_CPU count: 1 } ]\n"
-                f'parameters {{ key: "onnx" value: {{ string_value: "{self.onnx}" }} }}\n'
-                f'parameters {{ key: "threads" value: {{ string_value: "{self.threads}" }} }}\n')
-
-    def _mlserver(self) -> tuple[list[str], dict[str, str]]:
-        root = self.workdir / "mlserver"
-        model = root / self.name
-        self._copy("mlserver_runtime.py", model / "mlserver_runtime.py")
-        (root / "settings.json").write_text(json.dumps({
-            "host": "127.0.0.1", "http_port": self.http_port, "grpc_port": self.grpc_port,
-            "metrics_endpoint": None, "debug": False}))
-        (model / "model-settings.json").write_text(json.dumps({
-            "name": self.name, "implementation": "mlserver_runtime.OnnxRuntime",
-            "parameters": {"uri": str(self.onnx), "extra": {
-                "threads": self.threads, "max_rows": self.max_batch_size}},
-            "inputs": [t.as_json() for t in self.inputs],
-            "outputs": [t.as_json() for t in self.outputs]}))
-        return [str(self.python), "-m", "mlserver.cli.main", "start", str(root)], self._env()
-
-    def _kserve(self) -> tuple[list[str], dict[str, str]]:
-        script = self.workdir / "kserve_server.py"
-        self._copy("kserve_server.py", script)
-        settings = self.workdir / "kserve.json"
-        settings.write_text(json.dumps({"name": self.name, "onnx": str(self.onnx),
-                                        "threads": self.threads,
-                                        "max_rows": self.max_batch_size}))
-        return [str(self.python), str(script), str(settings), f"--http_port={self.http_port}",
-                f"--grpc_port={self.grpc_port}"], self._env()
+# -- each kind's files and command line ----------------------------------------------------
+def _env(**extra: str) -> dict[str, str]:
+    """This environment without what would point the venv's python at edged's."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env.update(extra)
+    return env
 
 
-def _spec(kind: str) -> PeerSpec:
-    try:
-        return specs()[kind]
-    except KeyError:
-        raise ValueError(f"unknown peer {kind!r}; expected one of {', '.join(KINDS)}") from None
+def _copy(server_file: str, dest: Path) -> None:
+    """A file of ``peer_servers/`` into the peer's work directory."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(SERVERS / server_file, dest)
+
+
+def _triton(p: Peer) -> tuple[list[str], dict[str, str]]:
+    site = next((p.python.parent.parent / "lib").glob("python3.*/site-packages"))
+    dist = site / "pytriton" / "tritonserver"
+    version = site.parent.name.removeprefix("python")
+    stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.exists():
+        raise PeerUnavailable(f"triton: no python backend stub for Python {version} in "
+                              f"{stub.parent.parent}")
+    backend = p.workdir / "backends" / "python"
+    backend.mkdir(parents=True, exist_ok=True)
+    for src in (dist / "backends" / "python" / "libtriton_python.so",
+                dist / "backends" / "python" / "triton_python_backend_utils.py", stub):
+        link = backend / src.name
+        if not link.exists():
+            link.symlink_to(src)
+    model = p.workdir / "repository" / p.name
+    _copy("triton_model.py", model / "1" / "model.py")
+    (model / "config.pbtxt").write_text(_pbtxt(p))
+    libs = str(site / "nvidia_pytriton.libs")
+    env = _env(PATH=f"{p.python.parent}:{os.environ.get('PATH', '')}",
+               LD_LIBRARY_PATH=":".join(
+                   d for d in (os.environ.get("LD_LIBRARY_PATH"), libs) if d))
+    cmd = [str(dist / "bin" / "tritonserver"),
+           f"--model-repository={p.workdir / 'repository'}",
+           f"--backend-directory={p.workdir / 'backends'}",
+           "--grpc-address=127.0.0.1", f"--grpc-port={p.grpc_port}",
+           "--http-address=127.0.0.1", f"--http-port={p.http_port}",
+           "--allow-metrics=false", "--pinned-memory-pool-byte-size=0",
+           "--strict-readiness=true", "--exit-on-error=true", "--log-verbose=0",
+           # the stub's shared-memory region starts small and grows (pytriton's sizes)
+           "--backend-config=python,shm-default-byte-size=4194304",
+           "--backend-config=python,shm-growth-byte-size=1048576"]
+    return cmd, env
+
+
+def _pbtxt(p: Peer) -> str:
+    def tensors(ts: list[Tensor]) -> str:
+        return ", ".join(f'{{ name: "{t.name}" data_type: TYPE_{t.datatype} dims: '
+                         f"{list(t.shape[1:])} }}" for t in ts)
+
+    return (f'name: "{p.name}"\nbackend: "python"\n'
+            f"max_batch_size: {p.max_batch_size}\n"
+            f"input [ {tensors(p.inputs)} ]\noutput [ {tensors(p.outputs)} ]\n"
+            "dynamic_batching { }\ninstance_group [ { kind: KIND_CPU count: 1 } ]\n"
+            f'parameters {{ key: "onnx" value: {{ string_value: "{p.onnx}" }} }}\n'
+            f'parameters {{ key: "threads" value: {{ string_value: "{p.threads}" }} }}\n')
+
+
+def _mlserver(p: Peer) -> tuple[list[str], dict[str, str]]:
+    root = p.workdir / "mlserver"
+    model = root / p.name
+    _copy("mlserver_runtime.py", model / "mlserver_runtime.py")
+    (root / "settings.json").write_text(json.dumps({
+        "host": "127.0.0.1", "http_port": p.http_port, "grpc_port": p.grpc_port,
+        "metrics_endpoint": None, "debug": False}))
+    (model / "model-settings.json").write_text(json.dumps({
+        "name": p.name, "implementation": "mlserver_runtime.OnnxRuntime",
+        "parameters": {"uri": str(p.onnx), "extra": {
+            "threads": p.threads, "max_rows": p.max_batch_size}},
+        "inputs": [t.as_json() for t in p.inputs],
+        "outputs": [t.as_json() for t in p.outputs]}))
+    return [str(p.python), "-m", "mlserver.cli.main", "start", str(root)], _env()
+
+
+def _kserve(p: Peer) -> tuple[list[str], dict[str, str]]:
+    script = p.workdir / "kserve_server.py"
+    _copy("kserve_server.py", script)
+    settings = p.workdir / "kserve.json"
+    settings.write_text(json.dumps({"name": p.name, "onnx": str(p.onnx),
+                                    "threads": p.threads,
+                                    "max_rows": p.max_batch_size}))
+    return [str(p.python), str(script), str(settings), f"--http_port={p.http_port}",
+            f"--grpc_port={p.grpc_port}"], _env()
+
+
+#: each kind's files and command line, chosen by the peer's kind
+COMMANDS: dict[str, Callable[[Peer], tuple[list[str], dict[str, str]]]] = {
+    "triton": _triton, "mlserver": _mlserver, "kserve": _kserve}

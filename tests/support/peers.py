@@ -1,5 +1,6 @@
-"""The real peer servers (``edged.testing.peers``) as tests use them: built and started, or
-the test skipped with the reason, and a venv's install progress shown as it happens.
+"""The real peer servers (``edged.testing.peers``; their venvs: ``edged.testing.peer_venvs``)
+as tests use them: built and started, or the test skipped with the reason, and a venv's
+install progress shown as it happens.
 
 Why the progress goes around pytest's capture: building a peer's venv takes a minute on a
 clean machine, once; a suite silent for that long looks hung.
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from edged.testing import peers
+from edged.testing import peer_venvs, peers
 
 
 def live_progress(request: pytest.FixtureRequest) -> Callable[[str], None]:
@@ -31,8 +32,8 @@ def live_progress(request: pytest.FixtureRequest) -> Callable[[str], None]:
 def venv_or_skip(request: pytest.FixtureRequest, kind: str) -> Path:
     """The python of ``kind``'s venv, built now if need be; the test skips if it cannot be."""
     try:
-        return peers.peer_python(kind, live_progress(request))
-    except peers.PeerUnavailable as e:
+        return peer_venvs.peer_python(kind, live_progress(request))
+    except peer_venvs.PeerUnavailable as e:
         pytest.skip(str(e))
 
 
@@ -42,6 +43,6 @@ def started_or_skip(request: pytest.FixtureRequest, kind: str, onnx: Path, workd
     try:
         p = peers.Peer(kind, onnx, workdir, progress=live_progress(request), **kw)
         p.start()
-    except peers.PeerUnavailable as e:
+    except peer_venvs.PeerUnavailable as e:
         pytest.skip(str(e))
     return p

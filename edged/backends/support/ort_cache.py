@@ -31,7 +31,7 @@ from typing import Any
 from edged.backends.support import isa
 from edged.errors import ArtifactError
 
-log = logging.getLogger("edged.backends.onnxruntime")
+log = logging.getLogger(__name__)
 
 FORMAT = "edged-ort-cache/1"
 

@@ -1,4 +1,4 @@
-"""What the KServe gRPC and HTTP rooms share: admission, the batcher hand-off, replies, metadata.
+"""What the KServe gRPC and HTTP servers share: admission, the batcher hand-off, replies, metadata.
 
 A KServe request becomes the same ``Request`` a native client would send (raw tensors, the
 protocol's ``timeout``/``priority`` parameters mapped to edged's), is prepared by
@@ -38,11 +38,11 @@ from edged.protocols.admission import Admission, Ticket
 from edged.protocols.kserve.tensors import Tensor, datatype, triton_type
 from edged.protocols.serving import Serving
 
-log = logging.getLogger("edged.kserve")
+log = logging.getLogger("edged.protocols.kserve")
 
 DETECTIONS = "detections"
 EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "schedule_policy"]
-#: image decodes queued at once across both KServe rooms (each holds a decoded frame)
+#: image decodes queued at once across both KServe servers (each holds a decoded frame)
 MAX_PENDING_DECODES = 64
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "conf": (float, int), "iou": (float, int), "max_det": (int,), "classes": (str,),
@@ -82,7 +82,7 @@ class KServeCore:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-kserve",
                                         initializer=name_os_thread)
         self._decoding = 0
-        #: KServe calls admitted and not answered (both rooms; counted on the loop)
+        #: KServe calls admitted and not answered (both servers; counted on the loop)
         self._open = 0
         self.admission = Admission(state)
         self.m_requests = state.metrics.kserve_requests
@@ -185,7 +185,7 @@ class KServeCore:
 
     # -- inference ----------------------------------------------------------------------
     async def infer(self, call: InferCall, protocol: str) -> InferAnswer:
-        """``begin`` awaited on the loop (the HTTP room): the answer, or the EdgedError
+        """``begin`` awaited on the loop (the HTTP server): the answer, or the EdgedError
         for the reply."""
         fut: asyncio.Future[InferAnswer] = asyncio.get_running_loop().create_future()
         self.begin(call, protocol, functools.partial(_settle, fut))
@@ -247,7 +247,7 @@ class KServeCore:
         done(answer)
 
     def refused(self, protocol: str, model: str, err: EdgedError, received: float) -> None:
-        """Count a request the room could not even read (bad tensors, bad JSON)."""
+        """Count a request the server could not even read (bad tensors, bad JSON)."""
         self.admission.reject(err, model)
         found = self.state.registry.find_served(model) is not None
         self._count(protocol, model if found else "", err.status, received)

@@ -1,4 +1,4 @@
-"""The KServe v2 gRPC room: ``inference.GRPCInferenceService`` on grpc's own threads.
+"""The KServe v2 gRPC server: ``inference.GRPCInferenceService`` on grpc's own threads.
 
 Why grpc's threads and not ``grpc.aio`` on the event loop: with ``grpc.aio`` the library's
 own per-call work (HTTP/2 framing, its Cython callbacks, the socket writes) runs on the
@@ -34,7 +34,7 @@ from edged.host.thread_names import name_os_thread
 from edged.protocols.kserve.core import InferAnswer, InferCall, KServeCore
 from edged.protocols.kserve.tensors import as_wire, datatype, grpc_inputs
 
-log = logging.getLogger("edged.kserve")
+log = logging.getLogger("edged.protocols.kserve")
 
 #: handler threads of the gRPC server: calls that can wait in the batcher at once
 GRPC_THREADS = 16

@@ -1,4 +1,4 @@
-"""The KServe v2 HTTP/REST room: ``/v2/...`` on aiohttp, on the daemon's event loop.
+"""The KServe v2 HTTP/REST server: ``/v2/...`` on aiohttp, on the daemon's event loop.
 
 Tensors come as JSON ``data`` or through the binary-tensor extension (a JSON header of
 ``Inference-Header-Content-Length`` bytes, then each input's ``binary_data_size`` bytes),
@@ -22,7 +22,7 @@ from edged.errors import EdgedError, InvalidArgument, ResourceExhausted
 from edged.protocols.kserve.core import InferAnswer, InferCall, KServeCore
 from edged.protocols.kserve.tensors import as_wire, datatype, http_inputs
 
-log = logging.getLogger("edged.kserve")
+log = logging.getLogger("edged.protocols.kserve")
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 STATUS = {

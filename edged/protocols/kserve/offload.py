@@ -40,7 +40,7 @@ from edged.model.contract import Prepared
 from edged.model.model import Model
 from edged.protocols.serving import Listener, Loop, Serving
 
-log = logging.getLogger("edged.offload")
+log = logging.getLogger(__name__)
 
 #: seconds a health check waits for each answer at least, whatever the interval: a busy
 #: remote (or a busy device) that answers in 300 ms is not down

@@ -38,7 +38,7 @@ from edged.backends.base import TensorSpec
 from edged.config.kserve import OffloadConfig
 from edged.protocols.kserve.tensors import datatype
 
-log = logging.getLogger("edged.offload")
+log = logging.getLogger(__name__)
 
 #: the gRPC status that means "not reachable" (the channel could not connect or broke)
 DOWN_STATUS = "StatusCode.UNAVAILABLE"

@@ -1,6 +1,6 @@
 """The KServe v2 endpoint's owner: binds, re-binds on reload, and closes its two servers.
 
-Why a room apart from the gRPC and HTTP ones: the lifecycle starts and stops one thing,
+Why a room apart from the gRPC and HTTP servers: the lifecycle starts and stops one thing,
 and a reload that changes or removes ``[server.kserve]`` is applied here (the listeners
 are not asyncio tasks but servers with their own start/stop). grpc and aiohttp are
 imported only when an address is configured, so the daemon runs without the extra.
@@ -17,7 +17,7 @@ from edged.errors import StartupError
 from edged.protocols.kserve.core import KServeCore
 from edged.protocols.serving import Listener, Loop, Serving
 
-log = logging.getLogger("edged.kserve")
+log = logging.getLogger("edged.protocols.kserve")
 
 #: seconds a call in flight gets to finish when a listener closes (reload or stop)
 CLOSE_GRACE_S = 2.0

@@ -1,6 +1,6 @@
 """KServe v2 tensors <-> numpy, checked against ``[server.limits]`` before anything is allocated.
 
-Why here and not in the rooms: the gRPC and HTTP rooms receive the same tensors in three
+Why here and not in the servers: the gRPC and HTTP servers receive the same tensors in three
 encodings (gRPC ``raw_input_contents``, gRPC typed ``contents``, HTTP JSON ``data`` or the
 binary-tensor extension) and both must refuse the same bad input with the same message.
 The gRPC messages are read by attribute only, so nothing here imports grpc.

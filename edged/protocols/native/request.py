@@ -48,7 +48,7 @@ _INPUT_KEYS = frozenset({"name", "dtype", "shape", "encoding"}) | _SHM_INPUT_KEY
 @dataclass(frozen=True)
 class ShmRef:
     """Where an ``"encoding": "shm"`` input lies: checked against the segment by the
-    daemon's shm room, which replaces it with the tensor it reads."""
+    daemon's shared-memory frames (``shm_frames``), which replace it with the tensor it reads."""
 
     segment: str
     offset: int
@@ -80,7 +80,7 @@ def peek_id(header: Any, limits: Limits) -> str | int | None:
 def decode_header(raw: Any, limits: Limits) -> dict[str, Any]:
     """Frame 0 as a JSON object, its size checked against ``max_header_bytes`` first.
 
-    The inference room also calls it alone on a message too large to parse in full,
+    The native room also calls it alone on a message too large to parse in full,
     to find the id to answer."""
     buf = frame_buffer(raw)
     if buf.nbytes > limits.max_header_bytes:
@@ -215,7 +215,7 @@ def _parse_inputs(metas: Any, tensors: list[Any], limits: Limits) -> list[InputM
 
 def _parse_shm_op(h: dict[str, Any]) -> dict[str, Any]:
     """``{"slots": n, "slot_bytes": b, "pid": p}`` asks for a ring; ``{"release": name}``
-    gives one back. Bounds against the daemon's limits are the shm room's job."""
+    gives one back. Bounds against the daemon's limits are ``shm_frames``'s job."""
     if "release" in h:
         seg = h["release"]
         if not isinstance(seg, str) or not seg or len(seg) > 64:

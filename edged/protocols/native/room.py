@@ -2,8 +2,8 @@
 
 Binding: every endpoint a ROUTER; a network (non-loopback tcp) endpoint needs CURVE
 (``[server.curve]``) unless ``[server] insecure = true``. One request, in order:
-the socket's ``Router`` -> ``handle`` (parse; ``Admission.admit``; shared-memory inputs read by the
-shm room) -> ``Model.prepare`` (on the event loop for raw tensors, on the decode pool for
+the socket's ``Router`` -> ``handle`` (parse; ``Admission.admit``; shared-memory inputs read by
+``shm_frames``) -> ``Model.prepare`` (on the event loop for raw tensors, on the decode pool for
 images) -> ``Admission.submit`` -> the model's batcher computes -> ``Admission`` counts the
 outcome -> ``_respond`` (reply frames). Every request that can be attributed to a sender
 gets exactly one reply.
@@ -37,7 +37,7 @@ from edged.protocols.native.shm_frames import Read, ShmFrames
 from edged.protocols.serving import Listener, Loop, Serving
 from edged.protocols.sockets import split_envelope
 
-log = logging.getLogger("edged.server")
+log = logging.getLogger("edged.protocols.native")
 
 #: image decodes queued at once, all clients together (each holds a decoded frame)
 MAX_PENDING_DECODES = 64
@@ -123,7 +123,7 @@ class NativeRoom:
             raise StartupError(str(e)) from None
         from zmq.auth.asyncio import AsyncioAuthenticator
 
-        self._auth = AsyncioAuthenticator(self.state.zmq, log=logging.getLogger("edged.auth"))
+        self._auth = AsyncioAuthenticator(self.state.zmq, log=log)
         self._auth.start()
         self._auth.configure_curve(domain="*", location=str(cfg.curve.clients_dir))
         return keys

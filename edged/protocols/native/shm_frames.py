@@ -1,6 +1,7 @@
-"""The shared-memory room: hand out slot rings, read the slots requests name, reap rings.
+"""Shared-memory frames for the native room: hand out slot rings, read the slots requests
+name, reap rings.
 
-Why a room of its own: rings belong to clients (one ROUTER identity each), live beyond any
+Why a module of its own: rings belong to clients (one ROUTER identity each), live beyond any
 one request, and must go away when their client does, which ZeroMQ does not tell a ROUTER.
 So a ring is dropped when its process is gone (the client says its pid) or nobody has used
 it for ``idle_s``; ``loop`` checks every ``check_s``, and ``close`` unlinks whatever is left
@@ -39,7 +40,7 @@ from edged.protocols.native.shm_rings import (
 )
 from edged.protocols.serving import Serving
 
-log = logging.getLogger("edged.server")
+log = logging.getLogger("edged.protocols.native")
 
 #: a request naming at least this many slot bytes is read on the decode pool
 OFF_LOOP_BYTES = 1 << 20
