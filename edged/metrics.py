@@ -101,6 +101,11 @@ class Metrics:
             "edged_frigate_requests", "Requests of Frigate detector endpoints, by endpoint, "
             "model and status (errors are answered with an all-zero result)",
             ["endpoint", "model", "status"], registry=r)
+        self.frigate_label_fallbacks = Counter(
+            "edged_frigate_label_fallbacks", "Rows of a Frigate endpoint's pipeline replies "
+            "that do not carry its label_from stage's class: the detector's class instead, by "
+            "why the stage gave none (failed|shed|not_selected|unlabelled), or left out (clash)",
+            ["endpoint", "stage", "reason"], registry=r)
         self.frigate_duration = Histogram(
             "edged_frigate_request_duration_seconds", "Frigate endpoint: receipt to reply",
             ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)

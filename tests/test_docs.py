@@ -234,6 +234,23 @@ def test_the_frigate_page_block_appends_to_the_shipped_config(tmp_path: Path) ->
                                                            "tcp://127.0.0.1:5557"]
 
 
+@pytest.mark.parametrize("page", ["frigate.md", "pipelines.md"])
+def test_the_pipeline_frigate_block_appends_to_the_pipeline_example(page: str,
+                                                                    tmp_path: Path) -> None:
+    """The page's Frigate endpoint serving the shipped pipeline, appended to
+    examples/pipelines/digits-reader.toml as the page says, loads."""
+    from edged.config.file import load_config
+
+    (block,) = [b for b in fenced(ROOT / "docs" / page)
+                if b.language == "toml" and "label_from" in b.text]
+    example = (ROOT / "examples" / "pipelines" / "digits-reader.toml").read_text()
+    cfg = tmp_path / "edged.toml"
+    cfg.write_text(example.replace('path = "../../models/', f'path = "{ROOT}/models/')
+                   + "\n" + block.text)
+    (f,) = load_config(cfg).server.frigate
+    assert (f.model, f.label_from) == ("digits-reader", "digit")
+
+
 def test_the_ci_runs_the_readme_test_command() -> None:
     """.ci/run's last line is the README's test command, so the doc tests run in CI."""
     readme = (ROOT / "README.md").read_text()

@@ -72,10 +72,12 @@ def parse_config(data: dict[str, Any], file: Path | str) -> Config:
     for n in {n for n in names if names.count(n) > 1}:
         root.problem("models", f"model name {n!r} is used twice")
     check_pipelines(root, entries, pipelines, models)
-    check_frigate(root, server.frigate, server.endpoints, models)
+    check_frigate(root, server.frigate, server.endpoints, models, pipelines)
     frigate_models = {f.model for f in server.frigate}
     models = [replace(m, overload=m.overload.resolved(m.name in frigate_models))
               for m in models]
+    pipelines = [replace(p, overload=p.overload.resolved(p.name in frigate_models))
+                 for p in pipelines]
     gov_t = root.table("governor")
     governor = GovernorConfig.from_table(gov_t)
     off_t = root.table("offload")

@@ -80,7 +80,8 @@ class PipelineConfig:
     #: ``"detector"``: each is walked down its ladder (an optional stage is then shed)
     #: before the next one moves
     step_down_order: tuple[str, ...] = ()
-    #: walking that order for load (off unless ``step_down = true``)
+    #: walking that order for load (``step_down`` None until ``load_config`` resolves it:
+    #: on when a Frigate endpoint serves the pipeline, else off unless ``step_down = true``)
     overload: OverloadConfig = field(default_factory=lambda: OverloadConfig(step_down=False))
 
     @property
@@ -168,7 +169,7 @@ def read_pipeline(t: Table) -> PipelineConfig | None:
             t.problem("step_down_order", f"must name every member once; missing "
                       f"{', '.join(map(repr, missing))}")
     overload_t = t.table("overload")
-    overload = OverloadConfig.from_table(overload_t).resolved(False)
+    overload = OverloadConfig.from_table(overload_t)  # resolved by load_config
     t.done()
     if not name or not detector or not stages or len(stages) != len(stage_tables):
         return None

@@ -5,63 +5,45 @@ detector's request (same queue, batches, stream rules and deadline as any frame 
 model); when its boxes come back, each stage selects boxes, cuts their crops from the
 client's frame and submits them, one request per frame and stage, to the stage's own
 model, so crops of many frames and streams batch together there under that model's
-ladder, checks and metrics. The reply is the detector's with three columns per stage
-(``<stage>_class``, ``<stage>_score``, ``<stage>_state``) and, in its header, each
-stage's labels, variant, batch sizes and status (docs/pipelines.md).
-
-Nothing is silently missing: each box says per stage whether its label is ``fresh``,
-``carried`` (reused from its track), ``not_selected`` (not one of the stage's classes,
-under its ``min_score``, or beyond its K), ``failed`` (the stage's model is not served,
-not ready, or failed the batch: the header says why) or ``shed`` (the governor or the
-load gave the stage up: the header says which).
+ladder, checks and metrics (``run.FrameRun``: one frame's run and the box states it
+answers). The reply is the detector's with three columns per stage (``<stage>_class``,
+``<stage>_score``, ``<stage>_state``) and, in its header, each stage's labels, variant,
+batch sizes and status (docs/pipelines.md).
 
 Where each part runs: ``prepare`` on a room's decode pool (it decodes the image once and
-keeps the frame), ``submit`` and every callback on the event loop (the batchers answer
-there), so a run needs no lock; cropping is slicing plus the stage model's own
-preprocessing of a small image.
+keeps the frame), ``prepare_frame`` where a room already holds a frame (Frigate's, on the
+event loop, as for a model), ``submit`` and every callback on the event loop.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from edged.backends.base import TensorSpec
-from edged.batching.queue import Respond, Result
-from edged.config.pipelines import PipelineConfig, StageConfig
-from edged.errors import EdgedError, InvalidArgument, Shed, Unavailable
+from edged.batching.queue import Respond
+from edged.config.pipelines import PipelineConfig
+from edged.errors import InvalidArgument, Unavailable
 from edged.metrics import Metrics
-from edged.model.contract import Prepared, batch_key
+from edged.model.contract import Prepared
 from edged.model.model import Model
-from edged.model.pipeline.crops import cut, read_scores, select
 from edged.model.pipeline.plan import StepPlan
 from edged.model.pipeline.reuse import TrackResults
+from edged.model.pipeline.run import (
+    STAGE_COLUMNS,
+    STATES,
+    FrameRun,
+    PipelinePrepared,
+    stage_labels,
+)
 from edged.model.request import Request
 from edged.model.usage import ModelUsage
 from edged.preprocess.preprocessor import decode_image
 
 log = logging.getLogger("edged.pipeline")
-
-#: a box's state per stage, the number in its ``<stage>_state`` column
-STATES = ("fresh", "carried", "not_selected", "failed", "shed")
-FRESH, CARRIED, NOT_SELECTED, FAILED, SHED = range(len(STATES))
-#: the columns each stage adds, in this order
-STAGE_COLUMNS = ("class", "score", "state")
-
-
-@dataclass(eq=False)
-class PipelinePrepared(Prepared):
-    """The detector's prepared request plus what the stages need after it."""
-
-    frame: np.ndarray | None = None  # the client's frame: the crops are cut from it
-    color: str = "bgr"  # its colour order, as the stage models' preprocessing needs it
-    client_stream: str | None = None  # the stream as the client named it
 
 
 class Pipeline:
@@ -87,8 +69,9 @@ class Pipeline:
         #: deadline use of the pipeline's answers: what the load rule reads
         self.usage = ModelUsage()
         self.results = TrackResults(max_streams, idle_s)
-        self._intervals = {s.name: s.reinfer_interval for s in cfg.stages}
-        self._reuse = any(s.reinfer_interval > 0 for s in cfg.stages)
+        #: each stage's ``reinfer_interval``; whether any stage reuses a track's result
+        self.intervals = {s.name: s.reinfer_interval for s in cfg.stages}
+        self.reuse = any(s.reinfer_interval > 0 for s in cfg.stages)
         self._m_boxes = {(s.name, st): metrics.pipeline_boxes.labels(cfg.name, s.name, st)
                          for s in cfg.stages for st in STATES}
 
@@ -97,6 +80,16 @@ class Pipeline:
     @property
     def detector(self) -> Model | None:
         return self._models(self.cfg.detector)
+
+    def member(self, model: str) -> Model | None:
+        """A member model as served now (None when it is not served)."""
+        return self._models(model)
+
+    def stage_model(self, stage: str) -> Model | None:
+        """The model stage ``stage`` runs, as served now (None: not served, or no such
+        stage)."""
+        s = next((s for s in self.cfg.stages if s.name == stage), None)
+        return self._models(s.model) if s is not None else None
 
     def check_ready(self) -> Model:
         """The detector, or UNAVAILABLE saying why the pipeline cannot take a frame."""
@@ -208,14 +201,27 @@ class Pipeline:
             if unknown:
                 raise InvalidArgument(f"unknown output(s) {', '.join(map(repr, unknown))}; "
                                       f"the detector {det.name!r} has {', '.join(names)}")
-        options = dict(req.options)
-        stream = f"{self.name}:{req.stream}" if req.stream is not None else None
-        if stream is not None and self._reuse:
+        return self._prepared(det, frame, color, req.options, req.stream, req.outputs,
+                              req.max_fps)
+
+    def prepare_frame(self, frame: np.ndarray, color: str, options: dict[str, Any],
+                      stream: str | None = None) -> PipelinePrepared:
+        """A uint8 frame in ``color`` handed over whole (Frigate's), as
+        ``Model.prepare_frame`` takes one: the detector's tensor, the frame kept for the
+        crops."""
+        return self._prepared(self.check_ready(), frame, color, options, stream, None, None)
+
+    def _prepared(self, det: Model, frame: np.ndarray, color: str, options: dict[str, Any],
+                  client_stream: str | None, outputs: list[str] | None,
+                  max_fps: float | None) -> PipelinePrepared:
+        options = dict(options)
+        stream = f"{self.name}:{client_stream}" if client_stream is not None else None
+        if stream is not None and self.reuse:
             options.setdefault("track", True)  # results are reused by track id
         p = det.prepare_frame(frame, color, options, stream)
         return PipelinePrepared(feeds=p.feeds, rows=p.rows, key=p.key, meta=p.meta,
-                                outputs=req.outputs, stream=stream, max_fps=req.max_fps,
-                                frame=frame, color=color, client_stream=req.stream)
+                                outputs=outputs, stream=stream, max_fps=max_fps,
+                                frame=frame, color=color, client_stream=client_stream)
 
     def submit(self, prepared: Prepared, respond: Respond, *, arrival: float,
                priority: int = 1, deadline: float | None = None,
@@ -225,7 +231,7 @@ class Pipeline:
         if not isinstance(prepared, PipelinePrepared):
             raise InvalidArgument(f"pipeline {self.name!r} got a request it did not prepare")
         det = self.check_ready()
-        run = _Run(self, prepared, respond, arrival, priority, deadline)
+        run = FrameRun(self, prepared, respond, arrival, priority, deadline)
         det.submit(prepared, run.detected, arrival=arrival, priority=priority,
                    deadline=deadline)
 
@@ -235,7 +241,7 @@ class Pipeline:
         det = self.detector
         base = det.detections_header(detections) if det is not None else {}
         return {**base, "columns": [*base.get("columns", []), *self.stage_columns()],
-                "stages": {s.name: _stage_labels(s) for s in self.cfg.stages},
+                "stages": {s.name: stage_labels(s) for s in self.cfg.stages},
                 "states": dict(enumerate(STATES))}
 
     def stage_columns(self) -> list[str]:
@@ -272,217 +278,3 @@ class Pipeline:
         }
 
 
-def _stage_labels(s: StageConfig) -> dict[str, Any]:
-    return {"model": s.model, **({"labels": dict(enumerate(s.labels))} if s.labels else {})}
-
-
-class _Run:
-    """One frame through the pipeline: the detector's answer, then every stage's."""
-
-    def __init__(self, pipe: Pipeline, prepared: PipelinePrepared, respond: Respond,
-                 arrival: float, priority: int, deadline: float | None) -> None:
-        self.pipe = pipe
-        self.prepared = prepared
-        self.respond = respond
-        self.arrival = arrival
-        self.priority = priority
-        self.deadline = deadline
-        self.pending = 0
-        self.det: Result | None = None
-        self.dets = np.zeros((0, 6), np.float32)
-        self.table = np.zeros((0, 0), np.float32)
-        self.info: dict[str, dict[str, Any]] = {}
-        self.frame_no = 0
-        self.stream: str | None = None
-
-    def detected(self, outcome: Result | EdgedError) -> None:
-        """The detector answered: start every stage on its boxes."""
-        if isinstance(outcome, EdgedError):
-            self._answer(outcome)
-            return
-        pipe = self.pipe
-        self.det = outcome
-        dets = outcome.detections if outcome.detections is not None else np.zeros((0, 6),
-                                                                                    np.float32)
-        self.dets = dets
-        stages = pipe.cfg.stages
-        self.table = np.zeros((dets.shape[0], len(stages) * len(STAGE_COLUMNS)), np.float32)
-        self.table[:, 0::3] = -1  # no class
-        tracked = dets.shape[1] >= 7 and self.prepared.stream is not None
-        if tracked and pipe._reuse:
-            self.stream = self.prepared.stream
-            self.frame_no = pipe.results.next_frame(self.stream, pipe._intervals)
-        self.pending = 1  # this method's own: no stage may finish the run before all start
-        for j, stage in enumerate(stages):
-            try:
-                self._start(j, stage)
-            except Exception as e:  # a bug in one stage must not lose the boxes
-                log.exception("pipeline %s: stage %s failed to start", pipe.name, stage.name)
-                rows = select(dets, stage)
-                unanswered = rows[self.table[rows, 3 * j + 2] == NOT_SELECTED]
-                self._fail(j, unanswered, EdgedError(f"{type(e).__name__}: {e}"))
-        self._one_done()
-
-    def _start(self, j: int, stage: StageConfig) -> None:
-        pipe, dets, table = self.pipe, self.dets, self.table
-        info = self.info[stage.name] = {"model": stage.model, "status": "ok", "crops": 0,
-                                        "carried": 0, "batches": []}
-        table[:, 3 * j + 2] = NOT_SELECTED
-        rows = select(dets, stage)
-        model = pipe._models(stage.model)
-        if model is not None:
-            info["variant"] = model.active_variant or None
-        reason = pipe.shed.get(stage.name)
-        if reason is not None:
-            table[rows, 3 * j + 2] = SHED
-            info.update(status="shed", reason=reason)
-            return
-        if model is None:
-            self._fail(j, rows, Unavailable(f"model {stage.model!r} is not served"))
-            return
-        if not rows.size:
-            return
-        if not model.ready:
-            detail = f": {model.error}" if model.error else ""
-            self._fail(j, rows, Unavailable(f"model {stage.model!r} is {model.state}{detail}"))
-            return
-        todo = rows
-        if self.stream is not None and stage.reinfer_interval > 0:
-            todo = self._carry(j, stage, rows)
-        if not todo.size:
-            return
-        info["crops"] = int(todo.size)
-        frame = self.prepared.frame
-        assert frame is not None
-        pre = model.cfg.preprocess
-        fit = (pre.width, pre.height) if pre is not None else None
-        crops = [cut(frame, dets[r], stage, fit) for r in todo]
-        step = model.cfg.max_batch_size
-        for k in range(0, len(todo), step):
-            chunk = todo[k:k + step]
-            try:
-                prepared = _stage_request(model, crops[k:k + step], self.prepared.color, stage)
-            except EdgedError as e:
-                self._fail(j, chunk, e)
-                continue
-            except Exception as e:  # e.g. OpenCV refusing a crop: those boxes failed
-                self._fail(j, chunk, EdgedError(f"preprocessing the crops for model "
-                                                f"{stage.model!r} failed: "
-                                                f"{type(e).__name__}: {e}"))
-                continue
-            self.pending += 1
-            try:
-                model.submit(prepared, functools.partial(self._stage_done, j, stage, chunk),
-                             arrival=time.monotonic(), priority=self.priority,
-                             deadline=self.deadline)
-            except EdgedError as e:
-                self.pending -= 1
-                self._fail(j, chunk, e)
-
-    def _carry(self, j: int, stage: StageConfig, rows: np.ndarray) -> np.ndarray:
-        """Fill in the results tracks carry; the rows still to classify."""
-        assert self.stream is not None
-        dets, table, results = self.dets, self.table, self.pipe.results
-        todo = []
-        for r in rows:
-            track = int(dets[r, 6])
-            kept = None
-            if track >= 0:
-                kept = results.carried(self.stream, stage.name, track, _area(dets[r]),
-                                       self.frame_no, stage.reinfer_interval,
-                                       stage.reinfer_area_growth)
-            if kept is None:
-                todo.append(r)
-            else:
-                table[r, 3 * j:3 * j + 3] = (kept.cls, kept.score, CARRIED)
-        self.info[stage.name]["carried"] = int(rows.size - len(todo))
-        return np.asarray(todo, np.int64)
-
-    def _stage_done(self, j: int, stage: StageConfig, rows: np.ndarray,
-                    outcome: Result | EdgedError) -> None:
-        if isinstance(outcome, EdgedError):
-            self._fail(j, rows, outcome)
-        else:
-            try:
-                self._read(j, stage, rows, outcome)
-            except Exception as e:  # an output the stage cannot read: those boxes failed
-                self._fail(j, rows, EdgedError(f"stage {stage.name!r}: cannot read model "
-                                               f"{stage.model!r}'s output: {e}"))
-        self._one_done()
-
-    def _read(self, j: int, stage: StageConfig, rows: np.ndarray, r: Result) -> None:
-        outs = dict(r.outputs)
-        name = stage.output or (r.outputs[0][0] if r.outputs else None)
-        arr = outs.get(name) if name is not None else None
-        if arr is None or arr.shape[0] < rows.size:
-            raise ValueError(f"no output {name!r} with {rows.size} rows")
-        cls, score = read_scores(arr[:rows.size], stage.activation)
-        self.table[rows, 3 * j] = cls
-        self.table[rows, 3 * j + 1] = score
-        self.table[rows, 3 * j + 2] = FRESH
-        info = self.info[stage.name]
-        info["variant"] = r.variant
-        info["batches"].append(r.batch)
-        info["queue_us"] = max(info.get("queue_us", 0), int(r.queue_s * 1e6))
-        info["compute_us"] = max(info.get("compute_us", 0), int(r.compute_s * 1e6))
-        if self.stream is not None and stage.reinfer_interval > 0:
-            for k, row in enumerate(rows):
-                track = int(self.dets[row, 6])
-                if track >= 0:
-                    self.pipe.results.keep(self.stream, stage.name, track, int(cls[k]),
-                                           float(score[k]), _area(self.dets[row]),
-                                           self.frame_no)
-
-    def _fail(self, j: int, rows: np.ndarray, err: EdgedError) -> None:
-        """Boxes of stage ``j`` with no label because of ``err`` (said in the header):
-        failed, or shed when the governor's shedding refused them."""
-        stage = self.pipe.cfg.stages[j]
-        info = self.info.setdefault(stage.name, {"model": stage.model, "crops": 0,
-                                                 "carried": 0, "batches": []})
-        if isinstance(err, Shed):  # the governor sheds the stage model's priority
-            self.table[rows, 3 * j + 2] = SHED
-            info.update(status="shed", reason=str(err))
-        else:
-            self.table[rows, 3 * j + 2] = FAILED
-            info.update(status="failed", error=f"{err.status}: {err}")
-
-    def _one_done(self) -> None:
-        self.pending -= 1
-        if self.pending == 0:
-            self._answer(None)
-
-    def _answer(self, err: EdgedError | None) -> None:
-        pipe = self.pipe
-        if self.deadline is not None:
-            pipe.usage.answered(self.arrival, self.deadline)
-        if err is not None:
-            self.respond(err)
-            return
-        det = self.det
-        assert det is not None
-        detector = pipe.detector
-        base = detector.detections_header(self.dets) if detector is not None else {}
-        stages = {}
-        for j, s in enumerate(pipe.cfg.stages):
-            pipe.answered(s.name, self.table[:, 3 * j + 2])
-            stages[s.name] = {**_stage_labels(s), **self.info[s.name]}
-        header = {**base, "columns": [*base.get("columns", []), *pipe.stage_columns()],
-                  "stages": stages, "states": dict(enumerate(STATES))}
-        rows = np.hstack([self.dets.astype(np.float32, copy=False), self.table])
-        self.respond(Result(det.variant, det.outputs, det.queue_s, det.compute_s, det.batch,
-                            rows, header))
-
-
-def _stage_request(model: Model, crops: list[np.ndarray], color: str,
-                   stage: StageConfig) -> Prepared:
-    """One request of ``len(crops)`` rows for the stage's model, each row made by the
-    model's own preprocessing (``contrast = "border"`` crops are grey)."""
-    src = color if crops[0].ndim == 3 else "bgr"
-    parts = [model.prepare_frame(c, src, {}) for c in crops]
-    feeds = {k: np.concatenate([p.feeds[k] for p in parts]) for k in parts[0].feeds}
-    return Prepared(feeds, len(parts), batch_key(feeds),
-                    outputs=[stage.output] if stage.output else None)
-
-
-def _area(row: np.ndarray) -> float:
-    return float(max(row[2] - row[0], 0.0) * max(row[3] - row[1], 0.0))

@@ -10,7 +10,8 @@ answers must be quick and must never reload a model that already serves.
 
 Here: reading a management message (a malformed one gets a JSON answer saying what is
 wrong), answering for an endpoint's configured ``model`` (available and loaded once it
-is ready; a handshake that arrives while it loads waits for it, within Frigate's 30 s),
+is ready; a handshake that arrives while it loads waits for it, within Frigate's 30 s; a
+pipeline's ``label_from`` stage is waited for too),
 and handing an ``accept_models`` endpoint's questions to ``frigate_sent``. Each answer is
 one JSON frame, sent from a task of its own so the receive loop never waits.
 """
@@ -26,6 +27,7 @@ from typing import Any
 
 from edged.config.frigate import FrigateConfig
 from edged.model.model import Model
+from edged.model.pipeline.pipeline import Pipeline
 from edged.protocols.frigate.sent import SentEndpoint, SentModels, log_once
 from edged.protocols.frigate.store import check_name
 from edged.protocols.frigate.wire import data_answer, refusal, request_answer
@@ -103,30 +105,44 @@ class Handshake:
             return refusal(header, "model_data is two frames [header, model file bytes]; "
                            f"got {len(body)}")
         if e.sent is None:
-            m = self.state.registry.find(e.cfg.model)
+            m = self.state.registry.find_served(e.cfg.model)
             return data_answer(name, False, bool(m is not None and m.ready), (
-                f"this endpoint serves edged's configured model {e.cfg.model!r} and takes no "
+                f"this endpoint serves edged's configured {e.cfg.model!r} and takes no "
                 "model files (an endpoint with accept_models = true and no model does)"))
         return await self.sent.receive(e.sent, name, body[1], _peer(body[0]))
 
     async def _request_configured(self, e: ManagedEndpoint, name: str) -> dict[str, Any]:
-        model = await self._wait_ready(e.cfg.model)
-        if model is None or not model.ready:
-            state = model.state if model is not None else "not loaded"
-            detail = f": {model.error}" if model is not None and model.error else ""
-            return request_answer(name, True, False, f"edged's model {e.cfg.model!r} is "
+        served = await self._wait_ready(e.cfg.model, e.cfg.label_from)
+        kind = "pipeline" if isinstance(served, Pipeline) else "model"
+        if served is None or not served.ready:
+            state = served.state if served is not None else "not loaded"
+            detail = f": {served.error}" if served is not None and served.error else ""
+            return request_answer(name, True, False, f"edged's {kind} {e.cfg.model!r} is "
                                   f"{state}{detail}")
-        log_once(e.logged, e.address, name, f"model {e.cfg.model!r} (configured, variant "
-                 f"{model.active_variant})")
-        return request_answer(name, True, True, f"served by edged's configured model "
-                              f"{e.cfg.model!r}")
+        note = ""
+        if isinstance(served, Pipeline) and e.cfg.label_from is not None:
+            stage = served.stage_model(e.cfg.label_from)
+            note = f", each box's class read by its stage {e.cfg.label_from!r}"
+            if stage is None or not stage.ready:
+                state = stage.state if stage is not None else "not served"
+                note += (f" (its model is {state} now: boxes carry the detector's class "
+                         "until it serves)")
+        log_once(e.logged, e.address, name, f"{kind} {e.cfg.model!r} (configured, variant "
+                 f"{served.active_variant}{note})")
+        return request_answer(name, True, True, f"served by edged's configured {kind} "
+                              f"{e.cfg.model!r}{note}")
 
-    async def _wait_ready(self, model_name: str) -> Model | None:
-        """The model once it is ready (and the daemon serving), or as it is after the wait."""
+    async def _wait_ready(self, name: str, stage: str | None = None) -> Model | Pipeline | None:
+        """The model or pipeline once it is ready (and the daemon serving), or as it is
+        after the wait; a pipeline's ``stage`` is waited for too (ready, failed or not
+        served), so Frigate's first frames get the stage's labels."""
         end = time.monotonic() + READY_WAIT_S
         while True:
-            m = self.state.registry.find(model_name)
+            m = self.state.registry.find_served(name)
             done = m is not None and (m.state == "failed" or (m.ready and self.state.serving))
+            if done and isinstance(m, Pipeline) and stage is not None and m.state != "failed":
+                sm = m.stage_model(stage)
+                done = sm is None or sm.ready or sm.state == "failed"
             if done or time.monotonic() >= end or self.state.phase in ("draining", "stopped"):
                 return m
             await asyncio.sleep(0.05)

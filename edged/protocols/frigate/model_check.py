@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from edged.backends.base import TensorSpec
+from edged.config.frigate import FRIGATE_IDS, outside_labelmap
 from edged.config.layouts import FRIGATE_TYPES, LAYOUTS
 from edged.config.overload import OverloadConfig
 from edged.config.postprocess import PostprocessConfig
@@ -183,11 +184,6 @@ def _classes(decoder: str, outputs: list[TensorSpec]) -> int | None:
     return c if c is not None and c > 0 else None
 
 
-#: Frigate's labelmap holds ids 0..90; its camera process looks every id up, so an id it
-#: lacks (with a score over 0.4) raises there (docs/frigate.md, "Labelmap")
-FRIGATE_IDS = 91
-
-
 def labelmap_fit(checked: CheckedModel, class_map: dict[int, int]) -> tuple[str | None, str]:
     """Whether a sent model's class ids fit Frigate's labelmap (ids 0..90), through the
     endpoint's ``class_map``: (why it is refused or None, what the answer says of it)."""
@@ -195,7 +191,7 @@ def labelmap_fit(checked: CheckedModel, class_map: dict[int, int]) -> tuple[str 
         return None, ("class ids outside Frigate's labelmap (0..90) are dropped from "
                       "replies")
     ids = range(checked.classes)
-    out = [i for i in ids if not 0 <= class_map.get(i, i) < FRIGATE_IDS]
+    out = outside_labelmap(checked.classes, class_map)
     mapped = [i for i in ids if i in class_map]
     if out:
         return (f"the model answers {checked.classes} class ids (0..{checked.classes - 1}); "

@@ -10,8 +10,10 @@ exactly one reply and a failure is an all-zero result plus a counted error
 (``edged_frigate_requests_total{status!="OK"}``), never silence.
 
 Management messages (the start-up handshake, a model file) are told apart by their
-header keys and answered by ``frigate_manage``; a sent model's requests are prepared
-by ``frigate_sent`` (the tensor as Frigate made it when it is the model's input).
+header keys and answered by ``handshake``; a sent model's requests are prepared by
+``sent`` (the tensor as Frigate made it when it is the model's input). An endpoint
+serving a pipeline prepares the frame through the pipeline (``Pipeline.prepare_frame``,
+as a model's) and sends each row with its ``label_from`` stage's class (``stage_class``).
 """
 
 from __future__ import annotations
@@ -25,13 +27,13 @@ import zmq
 
 from edged.batching.queue import Result
 from edged.config.file import Config
-from edged.config.frigate import FrigateConfig
+from edged.config.frigate import FRIGATE_IDS, FrigateConfig
 from edged.errors import EdgedError, StartupError
 from edged.host.runtime_dir import resolve_endpoints
 from edged.protocols import sockets
 from edged.protocols.admission import Admission, Ticket
 from edged.protocols.frigate.handshake import Handshake, ManagedEndpoint
-from edged.protocols.frigate.model_check import FRIGATE_IDS
+from edged.protocols.frigate.stage_class import StageClass
 from edged.protocols.frigate.wire import (
     MAX_ROWS,
     ZEROS,
@@ -59,6 +61,10 @@ class _Endpoint:
         #: a sent model's ids must stay in Frigate's labelmap (0..90); a configured model's
         #: ids are the operator's (class_map and Frigate's labelmap_path)
         self.max_id = FRIGATE_IDS - 1 if cfg.accept_models else None
+        self._metrics = state.metrics
+        #: a pipeline's endpoint: which class each row carries (``label_from``)
+        self.stage_class: StageClass | None = None
+        self.take_stage(state.config)
         self.duration = state.metrics.frigate_duration.labels(address)
         self._requests = state.metrics.frigate_requests
         self._ok = self._requests.labels(address, cfg.model, "OK")
@@ -66,6 +72,16 @@ class _Endpoint:
         self.options: dict[str, Any] = {"max_det": MAX_ROWS}
         if cfg.min_score is not None:
             self.options["conf"] = cfg.min_score
+
+    def take_stage(self, config: Config) -> None:
+        """The ``label_from`` stage as ``config`` has it (at start, and after a reload that
+        changed the pipeline's stage: its labels are what rows are checked against)."""
+        pipe = config.pipeline(self.cfg.model)
+        if pipe is None or self.cfg.label_from is None:
+            return
+        stage = next(s for s in pipe.stages if s.name == self.cfg.label_from)  # checked
+        if self.stage_class is None or self.stage_class.stage != stage:
+            self.stage_class = StageClass(self._metrics, self.address, stage, self.class_map)
 
     def count(self, status: str) -> None:
         (self._ok if status == "OK" else
@@ -102,8 +118,7 @@ class FrigateRoom:
             e = _Endpoint(self.state, f, ep, self.manage.endpoint(f, ep))
             e.router = sockets.Router(sock, ep, functools.partial(self.on_message, e))
             self.endpoints.append(e)
-            log.info("frigate endpoint %s serves model %s%s", ep, f.model,
-                     " (the model Frigate sends)" if f.accept_models else "")
+            log.info("frigate endpoint %s serves %s", ep, _serves(e))
         for e in self.endpoints:
             assert e.router is not None
             e.router.start()
@@ -112,12 +127,14 @@ class FrigateRoom:
         return []  # each endpoint's Router is driven by the loop itself
 
     async def apply(self, config: Config) -> list[str]:
-        return []  # [[server.frigate]] is bound at start: a change needs a restart
+        # [[server.frigate]] is bound at start (a change needs a restart); a pipeline's
+        # label_from stage may have changed with the reload (load_config checked it)
+        for e in self.endpoints:
+            e.take_stage(config)
+        return []
 
     def listeners(self) -> list[Listener]:
-        return [Listener("frigate", e.address,
-                         "the model Frigate sends" if e.cfg.accept_models else e.cfg.model)
-                for e in self.endpoints]
+        return [Listener("frigate", e.address, _serves(e)) for e in self.endpoints]
 
     def status(self) -> dict[str, Any]:
         return {"frigate": {e.address: e.cfg.model for e in self.endpoints},
@@ -174,11 +191,13 @@ class FrigateRoom:
             self._zeros(ep, envelope, outcome)
             return
         assert outcome.detections is not None
+        dets = outcome.detections
+        if ep.stage_class is not None:
+            dets = ep.stage_class.rows(dets, outcome.detections_header)
         ep.count("OK")  # counted before the reply leaves: a scrape after it sees it
         ep.duration.observe(time.monotonic() - ticket.received)
         w, h = ticket.context
-        self._reply(ep, envelope, encode_result(outcome.detections, w, h, 0.0, ep.class_map,
-                                                ep.max_id))
+        self._reply(ep, envelope, encode_result(dets, w, h, 0.0, ep.class_map, ep.max_id))
 
     def _refuse(self, ep: _Endpoint, envelope: list[bytes], err: EdgedError) -> None:
         """Refused before admission (unknown model, not serving): counted, all zeros."""
@@ -195,3 +214,12 @@ class FrigateRoom:
         self.state.answered += 1
         assert ep.router is not None
         ep.router.send(envelope, [result])
+
+
+def _serves(e: _Endpoint) -> str:
+    """What an endpoint serves, as ``edged status`` and the start-up log say it."""
+    if e.cfg.accept_models:
+        return "the model Frigate sends"
+    if e.stage_class is not None:
+        return f"pipeline {e.cfg.model} (class from stage {e.stage_class.stage.name})"
+    return e.cfg.model

@@ -133,10 +133,14 @@ def encode_result(detections: np.ndarray, width: int, height: int, min_score: fl
     return out.astype("<f4").tobytes()
 
 
-def labelmap(labels: tuple[str, ...], class_map: dict[int, int]) -> str:
-    """A Frigate ``labelmap_path`` file (``ID label`` lines) for a model's labels."""
-    rows = sorted((class_map.get(i, i), name) for i, name in enumerate(labels))
-    return "".join(f"{i} {name}\n" for i, name in rows)
+def labelmap(labels: tuple[str, ...], class_map: dict[int, int],
+             fallback: tuple[str, ...] = ()) -> str:
+    """A Frigate ``labelmap_path`` file (``ID label`` lines) for a model's labels; a
+    pipeline's adds its detector's labels (``fallback``) on the ids the stage's leave free,
+    since a row its ``label_from`` stage did not label carries the detector's class."""
+    rows = {class_map.get(i, i): name for i, name in enumerate(fallback)}
+    rows.update({class_map.get(i, i): name for i, name in enumerate(labels)})
+    return "".join(f"{i} {rows[i]}\n" for i in sorted(rows))
 
 
 # -- management messages (the start-up handshake and model transfer) ---------------------
