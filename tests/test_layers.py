@@ -44,14 +44,10 @@ def test_every_detector_layout_has_one_decoder() -> None:
 
 
 #: loggers still named apart from where they live, in files other branches own today
-#: (delivery, Frigate, pipelines); they leave this list when renamed
+#: (delivery); they leave this list when renamed
 LOGGERS_NOT_YET_RENAMED = {
     "edged/delivery/rung_builds.py": "edged.rungs",
     "edged/delivery/store.py": "edged.store",
-    "edged/protocols/frigate/handshake.py": "edged.frigate",
-    "edged/protocols/frigate/room.py": "edged.frigate",
-    "edged/protocols/frigate/sent.py": "edged.frigate",
-    "edged/model/pipeline/pipeline.py": "edged.pipeline",
     "edged/server/delivery.py": "edged.delivery",
 }
 

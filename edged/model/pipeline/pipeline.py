@@ -43,7 +43,7 @@ from edged.model.request import Request
 from edged.model.usage import ModelUsage
 from edged.preprocess.preprocessor import decode_image
 
-log = logging.getLogger("edged.pipeline")
+log = logging.getLogger("edged.model.pipeline")
 
 
 class Pipeline:

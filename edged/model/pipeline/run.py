@@ -34,7 +34,7 @@ from edged.model.pipeline.crops import cut, read_scores, select
 from edged.model.pipeline.reuse import TrackResults
 from edged.model.usage import ModelUsage
 
-log = logging.getLogger("edged.pipeline")
+log = logging.getLogger("edged.model.pipeline")
 
 #: a box's state per stage, the number in its ``<stage>_state`` column
 STATES = ("fresh", "carried", "not_selected", "failed", "shed")

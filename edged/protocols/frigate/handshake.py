@@ -1,6 +1,6 @@
 """Frigate's start-up handshake and model transfer, on every ``[[server.frigate]]`` endpoint.
 
-Why a room of its own: before its first frame Frigate's ``zmq`` plugin asks
+Why a module of its own: before its first frame Frigate's ``zmq`` plugin asks
 ``{"model_request": true, "model_name"}`` and, if told the model is not available, sends
 ``[{"model_data": true, "model_name"}, file bytes]``; it waits up to 30 s for one JSON frame
 each time and is never ready (zeros on every frame) unless
@@ -34,7 +34,7 @@ from edged.protocols.frigate.wire import data_answer, refusal, request_answer
 from edged.protocols.serving import Serving
 from edged.protocols.sockets import Router
 
-log = logging.getLogger("edged.frigate")
+log = logging.getLogger("edged.protocols.frigate")
 
 #: how long a handshake waits for a loading model (Frigate gives up after 30 s)
 READY_WAIT_S = 25.0

@@ -1,6 +1,6 @@
 """A model file Frigate sent: check it, fit it to its ``model_type``, make it servable.
 
-Why apart from the server room: the bytes come from a socket, so they are untrusted input,
+Why apart from the room (room.py): the bytes come from a socket, so they are untrusted input,
 and everything edged decides about them is pure code: parse with ``onnx`` (protobuf, never
 pickle), refuse external data, run ``onnx.checker``, then match the graph's inputs and
 outputs against the layouts of Frigate's model types (docs/frigate.md, "Frigate side, per

@@ -44,7 +44,7 @@ from edged.protocols.frigate.wire import (
 from edged.protocols.serving import Listener, Loop, Serving
 from edged.protocols.sockets import split_envelope
 
-log = logging.getLogger("edged.frigate")
+log = logging.getLogger("edged.protocols.frigate")
 
 
 class _Endpoint:

@@ -1,6 +1,6 @@
 """The models Frigate sends to ``accept_models`` endpoints: stored, loaded, served, laddered.
 
-Why apart from the handshake room: this is the one place that turns bytes from a socket into
+Why apart from the handshake: this is the one place that turns bytes from a socket into
 a served model. It checks them (``edged.protocols.frigate.model_check``: onnx parse, no
 external data, onnx.checker, the ``model_type``'s layout), stores them content-addressed
 (``edged.protocols.frigate.store``), loads them as the model ``frigate@ENDPOINT`` beside the
@@ -45,7 +45,7 @@ from edged.protocols.frigate.wire import FrigateRequest, data_answer, request_an
 from edged.protocols.serving import Serving
 from edged.protocols.sockets import is_local
 
-log = logging.getLogger("edged.frigate")
+log = logging.getLogger("edged.protocols.frigate")
 
 
 @dataclass

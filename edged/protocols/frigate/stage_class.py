@@ -37,7 +37,7 @@ from edged.config.pipelines import StageConfig
 from edged.metrics import Metrics
 from edged.model.pipeline.run import CARRIED, FAILED, FRESH, NOT_SELECTED, SHED, STATES
 
-log = logging.getLogger("edged.frigate")
+log = logging.getLogger("edged.protocols.frigate")
 
 #: the box states whose label is the stage's
 LABELLED = (FRESH, CARRIED)

@@ -1,6 +1,6 @@
 """Frigate's ``zmq`` detector protocol, without sockets: read a request, write a result.
 
-Why apart from the server room: the byte layout (docs/frigate.md) is a contract
+Why apart from the room (room.py): the byte layout (docs/frigate.md) is a contract
 with another project, so it is pure code that tests can check frame by frame.
 
 Request: two frames, a JSON header ``{"shape", "dtype", "model_type"}`` and the raw
