@@ -30,14 +30,14 @@ import numpy as np
 from edged.config.models import ModelConfig
 from edged.delivery.bundle import MANIFEST, BundleRefused, Manifest, read_manifest
 from edged.delivery.download import Refused, fetch
-from edged.delivery.pipeline import (
+from edged.delivery.gate import (
     accuracy_gate,
     check_contract,
     needs_rungs,
     rung_frames,
     version_config,
 )
-from edged.delivery.rung_builds import RungBuilds
+from edged.delivery.rung_launcher import RungLauncher
 from edged.delivery.rungs import drop_rungs
 from edged.delivery.shadow import Shadow
 from edged.delivery.sources import SourceError, open_source
@@ -64,7 +64,7 @@ class Deliveries:
         #: one reading a second of each delivered model (the watch's baselines)
         self.readings = Readings()
         #: versions' rung builds (the same build as a model Frigate sent)
-        self.rungs = RungBuilds()
+        self.rungs = RungLauncher()
         self._watching: dict[str, asyncio.Task[Any]] = {}
         #: a model switched in takes the governor's throttle and rung at once
         #: (``Governing.adopt``, set by the lifecycle)
@@ -244,7 +244,7 @@ class Deliveries:
 
     async def _build_rungs(self, mc: ModelConfig, v: Version, manifest: Manifest) -> None:
         """The version's rungs, built here from its validation rows by the same build as a
-        model Frigate sent (``edged.delivery.build_rungs``, nice 19, one core); a build
+        model Frigate sent (``edged.delivery.rung_child``, nice 19, one core); a build
         that finds none leaves the version with its one variant."""
         st = self.state
         assert st.store is not None
@@ -255,7 +255,7 @@ class Deliveries:
         frames = await asyncio.to_thread(rung_frames, mc, v, manifest, pre)
         entry = await self.rungs.build(
             mc.name, f"delivery: model {mc.name} {manifest.version}", top.path,
-            ["edged.delivery.build_rungs", "--config", str(st.config.file), "--model",
+            ["edged.delivery.rung_child", "--config", str(st.config.file), "--model",
              mc.name], lambda p: np.savez(p, frames=frames), len(frames),
             f"rows of {manifest.validation}")
         await asyncio.to_thread(st.store.refresh, v.digest)

@@ -26,7 +26,7 @@ from edged.config.frigate import FrigateConfig
 from edged.config.layouts import normalize_type
 from edged.config.rollout import RolloutConfig
 from edged.delivery.pace import OncePerMinute, Pace, peer_key
-from edged.delivery.rung_builds import RungBuilds
+from edged.delivery.rung_launcher import RungLauncher
 from edged.delivery.rungs import FrameRing, built, drop_rungs, with_rungs
 from edged.delivery.store import StoreFull, VersionStore, default_state_dir, open_store
 from edged.delivery.watch import judge, read, window
@@ -94,7 +94,7 @@ def log_once(logged: set[str], address: str, name: str, what: str) -> None:
 class SentModels:
     def __init__(self, state: Serving) -> None:
         self.state = state
-        self.rungs = RungBuilds()
+        self.rungs = RungLauncher()
 
     @property
     def store(self) -> VersionStore:
@@ -446,7 +446,7 @@ class SentModels:
             ring = sent.ring
             self.state.spawn(self.rungs.build(
                 e.address, f"frigate {e.address}", sent.path,
-                ["edged.protocols.frigate.build_rungs", "--model-type", sent.model_type,
+                ["edged.protocols.frigate.rung_child", "--model-type", sent.model_type,
                  "--color", e.cfg.input_pixel_format], ring.save, len(ring),
                 "frames Frigate sent", lambda: self._offer_rung(e)))
 
