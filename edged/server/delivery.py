@@ -14,6 +14,16 @@ refusal and reason is in ``edged status`` (``delivery``), the log and the metric
 
 At start a delivered model serves the version its pointer names (else its fallback, else
 the configured variants), without gates: they passed before it was promoted.
+
+A daemon stopped (or killed) while a version was in its watch window restarts on that
+version (its pointer was written at promotion) and watches it again for a *whole* window,
+not what was left of it: the requests seen before the stop were counted in the stopped
+process and died with it, so the rest of the window alone would judge the version on fewer
+requests than ``watch_s`` was set for, and a stop during a watch is a reason to look again,
+not less. The previous version's baseline (its p99 at its load before the promotion) is
+kept in the store with the pointer, so the p99 rule still has something to compare with.
+The restarts are counted and shown (``watch.restarts``). A pull while a version is watched
+does not end its watch unless the pulled version replaces it.
 """
 
 from __future__ import annotations
@@ -133,7 +143,9 @@ class Deliveries:
 
     # -- the loop and the operator's pull ----------------------------------------------
     async def loop(self) -> None:
-        """Poll every delivered model's source at its ``poll_s`` (0: never by itself)."""
+        """Poll every delivered model's source at its ``poll_s`` (0: never by itself);
+        first, watch again what was in its watch window when the daemon stopped."""
+        self._resume_watches()
         due: dict[str, float] = {m.name: time.monotonic() + FIRST_POLL_S
                                  for m in self.delivered() if m.source and m.source.poll_s}
         next_reading = 0.0
@@ -211,7 +223,6 @@ class Deliveries:
                       where: str) -> None:
         st = self.state
         assert st.store is not None
-        self._stop_watch(mc.name)
         if mc.rollout.build_rungs and needs_rungs(version_config(mc, v, manifest)):
             await self._build_rungs(mc, v, manifest)
         self._entry(mc.name, stage="gating", candidate=manifest.version,
@@ -226,21 +237,61 @@ class Deliveries:
         now = read(st.metrics, mc.name)
         before = self.readings.since(mc.name, mc.rollout.watch_s)
         baseline = window(before, now) if before is not None else None
+        self._stop_watch(mc.name)  # the version it watched is replaced now
         old = st.registry.replace({mc.name: cand}, [])
         for m in old:
             st.spawn(_retire(m, st.config.server.drain_timeout_s))
         self.adopt(cand, f"delivery: {manifest.version} promoted")
-        await asyncio.to_thread(st.store.promote, mc.name, v.digest)
+        watch = ({"seconds": mc.rollout.watch_s, "restarts": 0,
+                  "baseline": baseline.to_json() if baseline else None}
+                 if mc.rollout.watch_s > 0 else None)
+        await asyncio.to_thread(st.store.promote, mc.name, v.digest, watch)
         self._served(mc.name, v, manifest, "promoted")
         st.metrics.model_updates.labels(mc.name, "promoted", by).inc()
         log.info("delivery: model %s now serves %s (%s) from %s", mc.name, manifest.version,
                  v.digest[:12], where)
-        if mc.rollout.watch_s > 0:
-            self._entry(mc.name, stage="watching", watch={
-                "version": manifest.version, "seconds": mc.rollout.watch_s,
-                "baseline": baseline.to_json() if baseline else None})
-            self._watching[mc.name] = asyncio.get_running_loop().create_task(
-                self._watch(mc, v, manifest, baseline))
+        if watch is not None:
+            self._start_watch(mc, v, manifest, baseline, 0)
+
+    def _start_watch(self, mc: ModelConfig, v: Version, manifest: Manifest,
+                     baseline: Window | None, restarts: int) -> None:
+        self._entry(mc.name, stage="watching", watch={
+            "version": manifest.version, "seconds": mc.rollout.watch_s, "restarts": restarts,
+            "baseline": baseline.to_json() if baseline else None})
+        self._watching[mc.name] = asyncio.get_running_loop().create_task(
+            self._watch(mc, v, manifest, baseline))
+
+    def _resume_watches(self) -> None:
+        """After a restart: each delivered model serving a version its store still has in
+        a watch window is watched again, for a whole window (the module's docstring says
+        why), against the baseline kept with the pointer."""
+        store = self.state.store
+        if store is None:
+            return
+        for mc in self.delivered():
+            pending = store.watch(mc.name)
+            v = store.serving(mc.name)
+            if pending is None or v is None:
+                continue
+            if (self.entries.get(mc.name) or {}).get("digest") != v.digest \
+                    or mc.rollout.watch_s <= 0:
+                # it does not serve (its fallback does), or the config no longer watches
+                store.set_watch(mc.name, v.digest, None)
+                continue
+            restarts = int(pending.get("restarts") or 0) + 1
+            baseline = Window.from_json(pending.get("baseline"))
+            store.set_watch(mc.name, v.digest, {**pending, "restarts": restarts})
+            try:
+                manifest = _manifest(v)
+            except (BundleRefused, OSError) as e:
+                log.error("delivery: model %s: cannot watch %s again: %s", mc.name, v.name, e)
+                continue
+            log.warning("delivery: model %s %s was in its watch window when the daemon "
+                        "stopped; watching it again for %g s (restart %d of its window)",
+                        mc.name, manifest.version, mc.rollout.watch_s, restarts)
+            self._history(mc.name, version=manifest.version, digest=v.digest,
+                          event="watched again after a restart")
+            self._start_watch(mc, v, manifest, baseline, restarts)
 
     async def _build_rungs(self, mc: ModelConfig, v: Version, manifest: Manifest) -> None:
         """The version's rungs, built here from its validation rows by the same build as a
@@ -309,8 +360,10 @@ class Deliveries:
 
     async def _watch(self, mc: ModelConfig, v: Version, manifest: Manifest,
                      baseline: Window | None) -> None:
-        """The watch window: roll back by itself on a regression (``edged.server.watch``)."""
+        """The watch window: roll back by itself on a regression (``edged.delivery.
+        watch``); when it passes, the store forgets the window."""
         st = self.state
+        assert st.store is not None
         start = read(st.metrics, mc.name)
         end = start.at + mc.rollout.watch_s
         while True:
@@ -326,6 +379,7 @@ class Deliveries:
                 return
             if time.monotonic() >= end:
                 break
+        await asyncio.to_thread(st.store.set_watch, mc.name, v.digest, None)
         self._entry(mc.name, stage="serving", progress=f"{manifest.version} passed its "
                     f"{mc.rollout.watch_s:g} s watch window")
         self._history(mc.name, version=manifest.version, digest=v.digest, event="watched")

@@ -25,7 +25,8 @@ from edged.testing.delivery import NoRegistry, keypair
 from edged.testing.delivery import registry as _registry
 from support.paths import MODELS
 
-__all__ = ["Pki", "compiled", "keypair", "registry", "slow_digits", "web_server"]
+__all__ = ["Pki", "compiled", "faulty_digits", "keypair", "registry", "slow_digits",
+           "web_server"]
 
 
 @contextlib.contextmanager
@@ -210,6 +211,34 @@ def slow_digits(path: Path, trips: int = 15000) -> Path:
         helper.make_node("Loop", ["slow_trips", "slow_cond", "slow_h0"], ["slow_h"], body=body),
         helper.make_node("Mul", ["slow_h", "slow_zero"], ["slow_z"]),
         helper.make_node("Add", [f"{out}__raw", "slow_z"], [out])])
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    return path
+
+
+def faulty_digits(path: Path) -> Path:
+    """The digits CNN with the same answers on every input its validation set and golden
+    file hold (pixels scaled to 0..1), failing (an ONNX Runtime error: a Gather index out
+    of bounds) on a tensor with a value of 2 or more, which the version before it
+    computes: a version that passes its gate and fails live requests its checks lacked."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    m = onnx.load(str(MODELS / "cnn-fp32.onnx"))
+    g = m.graph
+    out = g.output[0].name
+    inp = g.input[0].name
+    for node in g.node:
+        node.output[:] = [f"{out}__raw" if o == out else o for o in node.output]
+    g.initializer.extend([numpy_helper.from_array(np.zeros(2, np.float32), "fault_table"),
+                          numpy_helper.from_array(np.array(0.0, np.float32), "fault_zero")])
+    g.node.extend([
+        helper.make_node("ReduceMax", [inp], ["fault_max"], keepdims=0),
+        helper.make_node("Floor", ["fault_max"], ["fault_floor"]),
+        helper.make_node("Cast", ["fault_floor"], ["fault_index"], to=onnx.TensorProto.INT64),
+        helper.make_node("Gather", ["fault_table", "fault_index"], ["fault_value"]),
+        helper.make_node("Mul", ["fault_value", "fault_zero"], ["fault_z"]),
+        helper.make_node("Add", [f"{out}__raw", "fault_z"], [out])])
     onnx.checker.check_model(m)
     onnx.save(m, str(path))
     return path
