@@ -340,41 +340,55 @@ def test_a_restart_serves_the_promoted_version_without_a_pull(world: World) -> N
     assert world.d.ctl({"op": "status"})["delivery"]["digits_oci"]["version"] == "v2"
 
 
-def test_under_load_a_promotion_fails_no_request_and_replies_name_the_new_version(
+def test_under_load_promotions_fail_no_request_and_replies_name_each_new_version(
         world: World) -> None:
-    """8 clients send while a new version is pulled, gated and promoted."""
-    assert world.d is not None
-    world.publish("digits", "v4", compiled(world.tmp / "c-v4", top="small-fp32"),
-                  accuracy=0.9867)
-    stop = threading.Event()
-    replies: list[tuple[str, str | None]] = []
+    """8 clients send while four new versions are pulled, gated, shadowed and promoted one
+    after the other: four send the model's input tensor (prepared on the event loop), four
+    send camera frames (1120x1120, decoded and resized on the daemon's decode threads), so
+    at each switch frames admitted by the version going out are still being decoded.
+    Every reply is OK, and after each promotion replies name the new version.
 
-    def send() -> None:
+    (Before a replaced model waited for what it had admitted, a frame decoded across the
+    switch was answered UNAVAILABLE, the model it was admitted to being shut down or
+    unloaded: in one run of this test out of two here. A watch window rolling one of these
+    versions back is one more switch, and fails nothing either.)"""
+    assert world.d is not None
+    versions = [("v4", "small-fp32", 0.9867), ("v5", "cnn-fp32", 0.9978),
+                ("v6", "small-fp32", 0.9867), ("v7", "cnn-fp32", 0.9978)]
+    for version, top, accuracy in versions:
+        world.publish("digits", version, compiled(world.tmp / f"c-{version}", top=top),
+                      accuracy=accuracy)
+    stop = threading.Event()
+    replies: list[tuple[str, str | None, str | None]] = []
+
+    def send(frames: bool) -> None:
         assert world.d is not None
         with world.d.client(timeout_s=30) as c:
             i = 0
             while not stop.is_set():
-                r = c.infer("digits", tensor(i % len(X)), raise_on_error=False)
-                replies.append((r.status, r.header.get("variant")))
+                x = np.kron(X[i % len(X)], np.ones((40, 40), np.uint8)) if frames else \
+                    tensor(i % len(X))
+                r = c.infer("digits", x, raise_on_error=False)
+                replies.append((r.status, r.header.get("variant"), r.header.get("error")))
                 i += 1
 
-    threads = [threading.Thread(target=send) for _ in range(8)]
+    threads = [threading.Thread(target=send, args=(k % 2 == 1,)) for k in range(8)]
     for t in threads:
         t.start()
     try:
-        time.sleep(0.5)
-        r = world.pull("digits", "v4")
-        assert r["status"] == "OK", r
-        end = time.monotonic() + 10
-        while time.monotonic() < end and replies[-1][1] != "small-fp32@v4":
-            time.sleep(0.05)
-        time.sleep(0.5)
+        for version, top, _ in versions:
+            r = world.pull("digits", version)
+            assert r["status"] == "OK", r
+            assert "shadow" in r["delivery"], r  # shadowed under that load, then promoted
+            seen = len(replies)
+            end = time.monotonic() + 30
+            while not any(v == f"{top}@{version}" for _, v, _ in replies[seen:]):
+                assert time.monotonic() < end, f"no reply named {top}@{version}"
+                time.sleep(0.05)
     finally:
         stop.set()
         for t in threads:
             t.join(30)
-    statuses = {s for s, _ in replies}
-    assert statuses == {"OK"}, json.dumps([r for r in replies if r[0] != "OK"][:5])
-    assert "shadow" in r["delivery"], r  # shadowed under that load, then promoted
-    assert {v for _, v in replies} == {"cnn-fp32@v2", "small-fp32@v4"}
-    assert replies[-1][1] == "small-fp32@v4"
+    failed = [r for r in replies if r[0] != "OK"]
+    assert not failed, json.dumps(failed[:5])
+    assert {f"{top}@{v}" for v, top, _ in versions} <= {v for _, v, _ in replies}

@@ -12,6 +12,16 @@ serving pointer is written (atomically: a restart serves one whole version). Eve
 refusal and reason is in ``edged status`` (``delivery``), the log and the metrics
 (``edged_model_updates_total{model,outcome,reason}``, ``edged_model_version_info``).
 
+Why promotion fails no request and makes none wait: it is the standby switch
+(``edged.model.standby``) one level up. The new version is a model of its own, opened,
+warmed at its batch sizes and checked on this device (the gate, the shadow) beside the
+serving one before anything points at it; the switch is one pointer
+(``Registry.replace``): requests the old version admitted (queued, computing, or a frame
+still being decoded off the event loop) finish there (``Model.drain`` waits for them), new
+ones go to the new version, which computes at once, with no load in their path. The
+governor's rung follows right after (``adopt``) by a swap that is itself a switch.
+(tests/test_delivery.py: four promotions under eight clients' tensors and frames.)
+
 At start a delivered model serves the version its pointer names (else its fallback, else
 the configured variants), without gates: they passed before it was promoted.
 
