@@ -84,6 +84,7 @@ class Model:
         #: requests admitted to this model and not yet queued or answered (a frame still
         #: being decoded off the event loop; ``edged.protocols.admission`` counts them)
         self._admitted = 0
+        self._last_batch: float | None = None
 
     @property
     def variant_names(self) -> list[str]:
@@ -128,6 +129,12 @@ class Model:
     @property
     def depth(self) -> int:
         return self._batcher.depth
+
+    @property
+    def idle_s(self) -> float:
+        """Seconds since this model last computed a batch (infinite: never)."""
+        last = self._last_batch
+        return float("inf") if last is None else time.monotonic() - last
 
     @property
     def detects(self) -> bool:
@@ -265,6 +272,7 @@ class Model:
         return loaded.config.name, results, compute_s
 
     def _on_batch(self, variant: str, rows: int, compute_s: float, batch: list[Pending]) -> None:
+        self._last_batch = time.monotonic()
         series = self._m_compute.get(variant)
         if series is None:
             series = self._m_compute[variant] = self.metrics.compute_duration.labels(

@@ -59,7 +59,7 @@ from edged.delivery.gate import (
 )
 from edged.delivery.rung_launcher import RungLauncher
 from edged.delivery.rungs import drop_rungs
-from edged.delivery.shadow import Shadow
+from edged.delivery.shadow import refusal, shadow_live
 from edged.delivery.sources import SourceError, open_source
 from edged.delivery.store import Version
 from edged.delivery.trust import Trust
@@ -79,8 +79,6 @@ class Deliveries:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self._locks: dict[str, asyncio.Lock] = {}
-        #: per model: what ``edged status`` shows (``delivery``)
-        self.entries: dict[str, dict[str, Any]] = {}
         #: one reading a second of each delivered model (the watch's baselines)
         self.readings = Readings()
         #: versions' rung builds (the same build as a model Frigate sent)
@@ -257,7 +255,7 @@ class Deliveries:
                  if mc.rollout.watch_s > 0 else None)
         await asyncio.to_thread(st.store.promote, mc.name, v.digest, watch)
         self._served(mc.name, v, manifest, "promoted")
-        st.metrics.model_updates.labels(mc.name, "promoted", by).inc()
+        st.board.promoted(mc.name, by)
         log.info("delivery: model %s now serves %s (%s) from %s", mc.name, manifest.version,
                  v.digest[:12], where)
         if watch is not None:
@@ -342,26 +340,14 @@ class Deliveries:
         self._entry(mc.name, stage="shadowing", progress=f"{manifest.version}: "
                     f"{ro.shadow_share:.0%} of live requests, up to {ro.shadow_requests} "
                     f"or {ro.shadow_s:g} s")
-        shadow = Shadow(loaded, ro.shadow_share, ro.shadow_requests)
-        cur.shadow = shadow
-        try:
-            await asyncio.to_thread(shadow.done.wait, ro.shadow_s)
-        finally:
-            cur.shadow = None
-            await asyncio.to_thread(shadow.close)
+        shadow = await shadow_live(cur, loaded, ro.shadow_share, ro.shadow_requests,
+                                   ro.shadow_s)
         report = shadow.report()
         self._entry(mc.name, shadow=report)
         log.info("delivery: model %s %s shadow: %s", mc.name, manifest.version, report)
-        if report["errors"]:
-            raise Refused("shadowing", "errors", f"the new version failed {report['errors']} "
-                          f"shadow batches: {report['first_error']}")
-        agreement = shadow.agreement
-        if ro.min_agreement is not None and agreement is not None \
-                and agreement < ro.min_agreement:
-            raise Refused("shadowing", "agreement",
-                          f"the new version agrees with the live one on {agreement:.1%} of "
-                          f"{shadow.compared} shadowed requests (min_agreement "
-                          f"{ro.min_agreement:.0%})")
+        why = refusal(shadow, ro.min_agreement)
+        if why is not None:
+            raise Refused("shadowing", *why)
 
     def _stop_watch(self, name: str) -> None:
         t = self._watching.pop(name, None)
@@ -446,23 +432,14 @@ class Deliveries:
         await asyncio.to_thread(st.store.demote, mc.name, cur.digest, reason, True,
                                 mc.source.url)
         kind = "automatic" if automatic else "operator"
-        st.metrics.model_updates.labels(mc.name, "rolled_back",
-                                        reason.split(":", 1)[0] if automatic else kind).inc()
         log.warning("delivery: model %s rolled back from %s to %s (%s): %s; %s is never "
                     "taken again from %s", mc.name, cur.name, label, kind, reason,
                     cur.name, mc.source.url)
+        st.board.rolled_back(mc.name, cur.name, cur.digest, reason, kind, automatic)
         if fb is not None and target is not mc:
             self._served(mc.name, fb, _manifest(fb), "restored")
         else:
-            self._entry(mc.name, version=None, digest=None, stage="serving its configured "
-                        "variants")
-            for labels in list(st.metrics.model_version._metrics):
-                if labels[0] == mc.name:
-                    st.metrics.model_version.remove(*labels)
-        self._history(mc.name, version=cur.name, digest=cur.digest, event="rolled back",
-                      reason=reason[:200], by=kind)
-        self._entry(mc.name, last_rollback={"version": cur.name, "reason": reason,
-                                            "by": kind, "at": round(time.time(), 1)})
+            st.board.unserved(mc.name, "serving its configured variants")
         return self.entries[mc.name]
 
     async def promote(self, name: str, version: str) -> dict[str, Any]:
@@ -515,45 +492,28 @@ class Deliveries:
             await cand.close()
             raise
 
-    # -- what an operator sees ----------------------------------------------------------
+    # -- what an operator sees (``edged.delivery.board``, shared with Frigate's road) ------
+    @property
+    def entries(self) -> dict[str, dict[str, Any]]:
+        return self.state.board.entries
+
     def _entry(self, name: str, **fields: Any) -> None:
-        e = self.entries.setdefault(name, {"history": []})
-        e.update(fields, at=round(time.time(), 1))
+        self.state.board.entry(name, **fields)
 
     def _history(self, name: str, **event: Any) -> None:
-        e = self.entries.setdefault(name, {"history": []})
-        e["history"] = [*e["history"], {"at": round(time.time(), 1), **event}][-20:]
+        self.state.board.history(name, **event)
 
     def _served(self, name: str, v: Version, manifest: Manifest, how: str) -> None:
-        st = self.state
-        mc = st.config.model(name)
-        for labels in list(st.metrics.model_version._metrics):
-            if labels[0] == name:
-                st.metrics.model_version.remove(*labels)
-        st.metrics.model_version.labels(name, manifest.version, v.digest).set(1)
-        e = self.entries.setdefault(name, {"history": []})
-        e["history"] = [*e["history"], {"at": round(time.time(), 1), "version":
-                                        manifest.version, "digest": v.digest, "event": how}][-20:]
-        self._entry(name, version=manifest.version, digest=v.digest,
-                    source=mc.source.url if mc and mc.source else v.meta.get("source"),
-                    stage="serving", candidate=None, progress=None)
+        mc = self.state.config.model(name)
+        self.state.board.served(name, manifest.version, v.digest,
+                                mc.source.url if mc and mc.source else v.meta.get("source"),
+                                how)
 
     def _refused(self, name: str, e: Refused) -> None:
-        st = self.state
         log.error("delivery: model %s: version refused at %s (%s): %s", name, e.stage,
                   e.reason, e)
-        st.metrics.model_updates.labels(name, "refused", e.reason).inc()
-        entry = self.entries.setdefault(name, {"history": []})
-        entry["history"] = [*entry["history"], {"at": round(time.time(), 1), "event":
-                                                "refused", "stage": e.stage,
-                                                "reason": e.reason}][-20:]
-        self._entry(name, stage="serving" if st.registry.find(name) else "waiting",
-                    candidate=None, progress=None,
-                    last_refusal={"stage": e.stage, "reason": e.reason, "message": str(e),
-                                  "at": round(time.time(), 1)})
-
-    def status(self) -> dict[str, Any]:
-        return {name: dict(e) for name, e in self.entries.items()}
+        self.state.board.refused(name, e.stage, e.reason, str(e),
+                                 self.state.registry.find(name) is not None)
 
 
 def _manifest(v: Version) -> Manifest:

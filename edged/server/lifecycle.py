@@ -64,7 +64,7 @@ class Server:
         self.deliveries = Deliveries(state)
         self.reloader.resolve = self.deliveries.current_config
         self.deliveries.adopt = self.governing.adopt
-        self.health.sections.append(lambda: {"delivery": self.deliveries.status()})
+        self.health.sections.append(lambda: {"delivery": state.board.status()})
         self.control = Control(state, self.health, self.governing, self.reload,
                                lambda mc: self._load([mc], startup=False), self.deliveries)
         self._stop = asyncio.Event()

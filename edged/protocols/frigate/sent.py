@@ -8,6 +8,19 @@ configured ones, switches to a new one only when the bytes changed, serves the s
 again after a restart, and keeps the frames Frigate sent for its INT8 rung
 (``frigate_rungs``). One lock per endpoint: two Frigate detectors sending the same model at
 once store and load it once.
+
+A sent model takes the road of a delivered version (docs/delivery.md) where a stage
+applies, and ``edged status`` shows it the same way (``edged.delivery.board``: the
+``delivery`` entry of ``frigate@ENDPOINT``, its stage, the last refusal and rollback):
+*downloading* is the transfer (its size, the client's pace, the store's quota), *gating* its
+contract (the graph against its ``model_type``'s layout, its class ids against Frigate's
+labelmap) and its load, *shadowing* when the model it replaces is computing frames another
+client sends with the same tensors (a share of them computed again by the new one, at
+most ``SHADOW_S`` of Frigate's 30 s wait), *promoting* the registry switch, *watching* the
+window after it (errors and deadline misses; no p99 baseline), and its rungs are built
+from the frames it is then sent. No accuracy gate: Frigate sends no labelled set. Usually
+no shadow: Frigate sends its model in a detector's start-up handshake, before its frames,
+so the model it replaces gets none meanwhile; the entry says why it was skipped.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from edged.config.rollout import RolloutConfig
 from edged.delivery.pace import OncePerMinute, Pace, peer_key
 from edged.delivery.rung_launcher import RungLauncher
 from edged.delivery.rungs import FrameRing, built, drop_rungs, with_rungs
+from edged.delivery.shadow import refusal, shadow_live
 from edged.delivery.store import StoreFull, VersionStore, default_state_dir, open_store
 from edged.delivery.watch import judge, read, window
 from edged.errors import EdgedError, InvalidArgument, Unavailable
@@ -46,6 +60,11 @@ from edged.protocols.serving import Serving
 from edged.protocols.sockets import is_local
 
 log = logging.getLogger("edged.frigate")
+
+#: the most of Frigate's 30 s wait for its transfer's answer a shadow may take
+SHADOW_S = 5.0
+#: the model being replaced computed a frame this recently: frames are arriving
+LIVE_S = 2.0
 
 
 @dataclass
@@ -142,14 +161,16 @@ class SentModels:
         Bounded three ways before a byte is parsed: the file's size (``max_model_bytes``),
         the client's pace (``transfers_per_minute`` new files a minute; the same bytes
         again, as a second detector sends them at start-up, are never counted) and the
-        store's quota (``[server] max_store_bytes``)."""
+        store's quota (``[server] max_store_bytes``). Every refusal is the answer's
+        ``message`` and the model's last refusal in ``edged status``."""
         refused = self.transfer_refused(e)
         if refused:
             return data_answer(name, False, False, refused)
         size, limit = len(data), e.cfg.max_model_bytes
         if size > limit:
-            return data_answer(name, False, False, f"the model file is {size} bytes; this "
-                               f"endpoint takes at most {limit} (max_model_bytes)")
+            return self._refuse(e, name, "downloading", "too_large", (
+                f"the model file is {size} bytes; this endpoint takes at most {limit} "
+                "(max_model_bytes)"))
         blob = memoryview(data).tobytes()
         sha = await asyncio.to_thread(lambda: hashlib.sha256(blob).hexdigest())
         client = peer_key(peer)
@@ -158,8 +179,9 @@ class SentModels:
             never = await asyncio.to_thread(models.never_again, sha)
             if never:
                 self._count(e, "refused_rolled_back")
-                return data_answer(name, False, False, f"edged refused {name!r}: these bytes "
-                                   f"were rolled back here ({never}); send a fixed model")
+                return self._refuse(e, name, "verifying", "rolled_back", (
+                    f"edged refused {name!r}: these bytes were rolled back here ({never}); "
+                    "send a fixed model"))
             known = await asyncio.to_thread(models.by_digest, sha)
             if known is not None:  # the same bytes (maybe under another name): no new file
                 self._count(e, "same")
@@ -167,39 +189,57 @@ class SentModels:
             else:
                 why = self._bounded(e, models, client, name, sha, size)
                 if why:
-                    return data_answer(name, False, False, why)
+                    return self._refuse(e, name, "downloading", *why)
+                self.state.board.entry(e.cfg.model, stage="gating", candidate=name,
+                                       progress=f"{name} ({sha[:12]}): the graph against "
+                                       "its model_type's layout, its class ids against "
+                                       "Frigate's labelmap")
                 try:
                     checked = await asyncio.to_thread(check_model, blob, e.cfg.model_type)
                     why_ids, ids_note = labelmap_fit(checked, dict(e.cfg.class_map))
-                    if why_ids:
-                        raise ModelRefused(why_ids)
-                    e.ids_note = ids_note
+                    reason = "labelmap"
                 except ModelRefused as exc:
+                    why_ids, ids_note, reason = str(exc), "", "contract"
+                if not why_ids:
+                    e.ids_note = ids_note
+                else:
                     self._count(e, "refused_check")
                     if e.log_due(client, "check"):
                         log.warning("frigate %s: model %r from %s refused: %s", e.address,
-                                    name, client, exc)
-                    return data_answer(name, False, False, f"edged refused {name!r}: {exc}")
+                                    name, client, why_ids)
+                    return self._refuse(e, name, "gating", reason,
+                                        f"edged refused {name!r}: {why_ids}")
                 try:
                     stored = await asyncio.to_thread(models.put, name, blob, sha,
                                                      checked.model_type)
                 except StoreFull as exc:  # the store changed since the check above
-                    return data_answer(name, False, False, self._full(e, client, name, exc))
+                    return self._refuse(e, name, "downloading", f"store_{exc.reason}",
+                                        self._full(e, client, name, exc))
                 self._count(e, "stored")
                 log.info("frigate %s: stored model %r (%s, %d bytes, sha256 %s)", e.address,
                          name, checked.model_type, size, stored.sha256[:12])
             before = e.served.stored.sha256 if e.served is not None else None
-            err = await self._serve(e, stored)
+            err = await self._serve(e, stored, "promoted")
             if err is None and before not in (None, stored.sha256):
                 # a new model replaced one that served: watched, as every delivered version
+                self._watching(e, stored)
                 self.state.spawn(self._watch(e, stored))
         if err:
             return data_answer(name, True, False, err)
         return self._ready(e, name, data_answer, True)
 
+    def _refuse(self, e: SentEndpoint, name: str, stage: str, reason: str,
+                message: str) -> dict[str, Any]:
+        """The transfer's answer, refused; said in ``edged status`` as a delivered
+        version's refusal is (the caller logs it, once a minute per client)."""
+        self.state.board.refused(e.cfg.model, stage, reason, message,
+                                 self.state.registry.find(e.cfg.model) is not None)
+        return data_answer(name, False, False, message)
+
     def _bounded(self, e: SentEndpoint, models: FrigateModels, client: str, name: str,
-                 sha: str, size: int) -> str | None:
-        """Why a new file from ``client`` is refused now (the pace, the store), or None."""
+                 sha: str, size: int) -> tuple[str, str] | None:
+        """Why a new file from ``client`` is refused now (the pace, the store), as
+        (reason, message), or None."""
         assert e.pace is not None
         wait = e.pace.take(client)
         if wait is not None:
@@ -209,13 +249,13 @@ class SentModels:
                 log.warning("frigate %s: %s sends more than %d new model files a minute; "
                             "refusing them for %.0f s (transfers_per_minute; logged once a "
                             "minute)", e.address, client, n, wait)
-            return (f"edged refused {name!r}: this client sent {n} new model files in the "
-                    f"last minute, the most this endpoint takes (transfers_per_minute = {n}); "
-                    f"send it again in {wait:.0f} s")
+            return "pace", (f"edged refused {name!r}: this client sent {n} new model files "
+                            f"in the last minute, the most this endpoint takes "
+                            f"(transfers_per_minute = {n}); send it again in {wait:.0f} s")
         try:
             models.admit(sha, size)
         except StoreFull as exc:
-            return self._full(e, client, name, exc)
+            return f"store_{exc.reason}", self._full(e, client, name, exc)
         return None
 
     def _full(self, e: SentEndpoint, client: str, name: str, exc: StoreFull) -> str:
@@ -260,23 +300,38 @@ class SentModels:
             if e.served is None and await self._serve(e, stored) is None:
                 log.info("frigate %s: serving stored model %r again", e.address, stored.name)
 
-    async def _serve(self, e: SentEndpoint, stored: StoredModel) -> str | None:
+    async def _serve(self, e: SentEndpoint, stored: StoredModel,
+                     how: str = "restored") -> str | None:
         """Serve ``stored`` on the endpoint (no reload for the same bytes); None, or why not."""
         if (e.served is not None and e.served.stored.sha256 == stored.sha256
                 and self._serving(e, e.served.stored.name)):
             e.served.stored = stored  # the same bytes under a new name
             await asyncio.to_thread(self.models(e).served, stored)
             return None
-        return await self._switch(e, stored)
+        return await self._switch(e, stored, how)
 
-    async def _switch(self, e: SentEndpoint, stored: StoredModel) -> str | None:
-        """Load ``stored`` (with its INT8 rung if it has an accepted one) and switch."""
+    async def _switch(self, e: SentEndpoint, stored: StoredModel, how: str) -> str | None:
+        """Load ``stored`` (with its rungs if it has accepted ones) and switch. ``how``:
+        ``promoted`` (a transfer: gated by its load, shadowed by the model it replaces
+        when it can be), ``restored`` (served again: at start, after a rollback), or a
+        change of the same version (``retyped``, ``served with its rungs``)."""
+        board, name = self.state.board, e.cfg.model
         try:
             model, model_type, path, fits = await self._load(e, stored)
         except (ModelRefused, EdgedError, OSError) as exc:
             log.error("frigate %s: model %r failed to load: %s", e.address, stored.name, exc)
-            return f"edged stored {stored.name!r} but could not load it: {exc}"
-        for m in self.state.registry.replace({e.cfg.model: model}, []):
+            msg = f"edged stored {stored.name!r} but could not load it: {exc}"
+            if how == "promoted":
+                board.refused(name, "gating", "load", msg,
+                              self.state.registry.find(name) is not None)
+            return msg
+        if how == "promoted":
+            why = await self._shadow(e, stored, model)
+            if why is not None:
+                await model.close()
+                return why
+            board.entry(name, stage="promoting", progress=stored.name)
+        for m in self.state.registry.replace({name: model}, []):
             self.state.spawn(_retire(m))
         done = await asyncio.to_thread(built, path)  # rungs built before: no new build
         ring = FrameRing(e.cfg.int8_frames) if e.cfg.int8_rung and not done else None
@@ -284,7 +339,52 @@ class SentModels:
         if done:
             await asyncio.to_thread(self.rungs.restored, e.address, path, model.variant_names)
         await asyncio.to_thread(self.models(e).served, stored)
+        if how in ("promoted", "restored"):
+            board.served(name, stored.name, stored.sha256, f"frigate {e.address}", how,
+                         fleet=False)
+        else:
+            board.history(name, version=stored.name, digest=stored.sha256, event=how)
+        if how == "promoted":
+            board.promoted(name, "frigate")
         return None
+
+    async def _shadow(self, e: SentEndpoint, stored: StoredModel, cand: Model) -> str | None:
+        """The shadow stage of a transfer, where it applies: the model being replaced is
+        computing frames (another client's: the sender waits for its answer) and the new
+        one takes and gives the same tensors; a share of those frames is computed again
+        by the new one (``edged.delivery.shadow``), for at most ``SHADOW_S`` of Frigate's
+        30 s wait. None, or why the new model is refused (it failed live frames)."""
+        board, name = self.state.board, e.cfg.model
+        cur = self.state.registry.find(name)
+        loaded = cand.live.loaded
+        if cur is None or not cur.ready or loaded is None:
+            return None  # nothing serves: nothing to compare with
+        if (cur.inputs, cur.outputs) != (cand.inputs, cand.outputs):
+            skipped = "it takes or gives other tensors than the model it replaces"
+        elif cur.idle_s > LIVE_S:
+            skipped = (f"the model it replaces computed no frame in the last {LIVE_S:g} s "
+                       "(Frigate sends its model before its frames)")
+        else:
+            skipped = ""
+        if skipped:
+            board.entry(name, shadow={"skipped": skipped})
+            return None
+        cfg = RolloutConfig()
+        seconds = min(cfg.shadow_s, SHADOW_S)
+        board.entry(name, stage="shadowing", progress=f"{stored.name}: {cfg.shadow_share:.0%} "
+                    f"of live frames, up to {cfg.shadow_requests} or {seconds:g} s")
+        shadow = await shadow_live(cur, loaded, cfg.shadow_share, cfg.shadow_requests,
+                                   seconds, idle_s=LIVE_S)
+        report = shadow.report()
+        board.entry(name, shadow=report)
+        log.info("frigate %s: model %r shadow: %s", e.address, stored.name, report)
+        why = refusal(shadow, cfg.min_agreement)
+        if why is None:
+            return None
+        msg = f"edged refused {stored.name!r}: {why[1]}"
+        log.error("frigate %s: %s", e.address, msg)
+        board.refused(name, "shadowing", why[0], msg, True)
+        return msg
 
     async def _load(self, e: SentEndpoint, stored: StoredModel
                     ) -> tuple[Model, str, Path, tuple[str, ...]]:
@@ -325,7 +425,7 @@ class SentModels:
                 return
             stored = replace(e.served.stored, model_type=model_type)
             await asyncio.to_thread(self.models(e).retype, stored, model_type)
-            err = await self._switch(e, stored)
+            err = await self._switch(e, stored, "retyped")
         if err:
             log.error("frigate %s: could not serve %r as %s: %s", e.address, stored.name,
                       model_type, err)
@@ -352,7 +452,7 @@ class SentModels:
                     s.ring = None
                     self.rungs.status(e.address, variants=m.variant_names)
                     return None
-            return await self._switch(e, s.stored)
+            return await self._switch(e, s.stored, "served with its rungs")
 
     def _rungs_fit(self, e: SentEndpoint, s: _Served) -> str | None:
         """Count the rungs' bytes in the store (evicting older versions for them); when
@@ -368,22 +468,34 @@ class SentModels:
         models.grew(s.stored)
         return why
 
+    def _watching(self, e: SentEndpoint, stored: StoredModel) -> None:
+        """``edged status`` shows the new model in its watch window."""
+        self.state.board.entry(e.cfg.model, stage="watching", watch={
+            "version": stored.name, "seconds": RolloutConfig().watch_s, "baseline": None})
+
     async def _watch(self, e: SentEndpoint, stored: StoredModel) -> None:
         """The watch window of ``edged.delivery.watch`` after a new model replaced one:
         errors or deadline misses above ``[models.rollout]``'s defaults roll it back to the
         model it replaced, which is never served again here."""
         cfg = RolloutConfig()
-        metrics, name = self.state.metrics, e.cfg.model
+        metrics, name, board = self.state.metrics, e.cfg.model, self.state.board
         start = read(metrics, name)
         end = start.at + cfg.watch_s
         while True:
             await asyncio.sleep(1.0)
             if e.served is None or e.served.stored.sha256 != stored.sha256:
                 return  # replaced meanwhile: its own watch decides
-            why = judge(window(start, read(metrics, name)), None, cfg)
+            w = window(start, read(metrics, name))
+            board.entry(name, watch={**(board.entries[name].get("watch") or {}),
+                                     "watched": w.to_json()})
+            why = judge(w, None, cfg)
             if why is not None:
                 break
             if read(metrics, name).at >= end:
+                board.entry(name, stage="serving", progress=f"{stored.name} passed its "
+                            f"{cfg.watch_s:g} s watch window")
+                board.history(name, version=stored.name, digest=stored.sha256,
+                              event="watched")
                 return
         async with e.lock:
             models = self.models(e)
@@ -393,9 +505,10 @@ class SentModels:
             log.error("frigate %s: model %r regressed in its watch window: %s; serving %r "
                       "again (the regressed model is never served here again)", e.address,
                       stored.name, why, fb.name)
-            err = await self._switch(e, fb)
+            board.entry(name, stage="rolling back", progress=f"to {fb.name}: {why}"[:200])
+            board.rolled_back(name, stored.name, stored.sha256, why, "automatic", True)
+            err = await self._switch(e, fb, "restored")
             await asyncio.to_thread(models.rolled_back, stored, why)
-        metrics.model_updates.labels(name, "rolled_back", why.split(":", 1)[0]).inc()
         if err:
             log.error("frigate %s: rolling back to %r failed: %s", e.address, fb.name, err)
 
@@ -443,12 +556,21 @@ class SentModels:
         sent.ring.add(next(iter(feeds.values())))
         if sent.ring.full:
             sent.rung_started = True
-            ring = sent.ring
-            self.state.spawn(self.rungs.build(
-                e.address, f"frigate {e.address}", sent.path,
-                ["edged.protocols.frigate.rung_child", "--model-type", sent.model_type,
-                 "--color", e.cfg.input_pixel_format], ring.save, len(ring),
-                "frames Frigate sent", lambda: self._offer_rung(e)))
+            self.state.spawn(self._build_rungs(e, sent, sent.ring))
+
+    async def _build_rungs(self, e: SentEndpoint, sent: _Served, ring: FrameRing) -> None:
+        """The rung build (``edged.delivery.rung_launcher``); its outcome is also the
+        model's ``rungs`` in ``edged status``'s ``delivery``, as a delivered version's."""
+        board = self.state.board
+        board.entry(e.cfg.model, rungs={"state": "building", "progress": f"{len(ring)} "
+                                        "frames Frigate sent"})
+        entry = await self.rungs.build(
+            e.address, f"frigate {e.address}", sent.path,
+            ["edged.protocols.frigate.rung_child", "--model-type", sent.model_type,
+             "--color", e.cfg.input_pixel_format], ring.save, len(ring),
+            "frames Frigate sent", lambda: self._offer_rung(e))
+        board.entry(e.cfg.model, rungs={k: entry.get(k) for k in ("state", "ladder",
+                                                                  "progress", "build_s")})
 
 
 async def _retire(m: Model) -> None:
