@@ -153,7 +153,7 @@ class Deliveries:
     async def loop(self) -> None:
         """Poll every delivered model's source at its ``poll_s`` (0: never by itself);
         first, watch again what was in its watch window when the daemon stopped."""
-        self._resume_watches()
+        await self._resume_watches()
         due: dict[str, float] = {m.name: time.monotonic() + FIRST_POLL_S
                                  for m in self.delivered() if m.source and m.source.poll_s}
         next_reading = 0.0
@@ -269,7 +269,7 @@ class Deliveries:
         self._watching[mc.name] = asyncio.get_running_loop().create_task(
             self._watch(mc, v, manifest, baseline))
 
-    def _resume_watches(self) -> None:
+    async def _resume_watches(self) -> None:
         """After a restart: each delivered model serving a version its store still has in
         a watch window is watched again, for a whole window (the module's docstring says
         why), against the baseline kept with the pointer."""
@@ -284,11 +284,12 @@ class Deliveries:
             if (self.entries.get(mc.name) or {}).get("digest") != v.digest \
                     or mc.rollout.watch_s <= 0:
                 # it does not serve (its fallback does), or the config no longer watches
-                store.set_watch(mc.name, v.digest, None)
+                await asyncio.to_thread(store.set_watch, mc.name, v.digest, None)
                 continue
             restarts = int(pending.get("restarts") or 0) + 1
             baseline = Window.from_json(pending.get("baseline"))
-            store.set_watch(mc.name, v.digest, {**pending, "restarts": restarts})
+            await asyncio.to_thread(store.set_watch, mc.name, v.digest,
+                                    {**pending, "restarts": restarts})
             try:
                 manifest = _manifest(v)
             except (BundleRefused, OSError) as e:

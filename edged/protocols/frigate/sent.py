@@ -15,9 +15,8 @@ applies, and ``edged status`` shows it the same way (``edged.delivery.board``: t
 *downloading* is the transfer (its size, the client's pace, the store's quota), *gating* its
 contract (the graph against its ``model_type``'s layout, its class ids against Frigate's
 labelmap) and its load, *shadowing* when the model it replaces is computing frames another
-client sends with the same tensors (a share of them computed again by the new one, at
-most ``SHADOW_S`` of Frigate's 30 s wait), *promoting* the registry switch, *watching* the
-window after it (errors and deadline misses; no p99 baseline), and its rungs are built
+client sends with the same tensors, *promoting* the registry switch, *watching* the
+window after it (the last two: ``edged.protocols.frigate.rollout``), and its rungs are built
 from the frames it is then sent. No accuracy gate: Frigate sends no labelled set. Usually
 no shadow: Frigate sends its model in a detector's start-up handshake, before its frames,
 so the model it replaces gets none meanwhile; the entry says why it was skipped.
@@ -37,13 +36,10 @@ import numpy as np
 
 from edged.config.frigate import FrigateConfig
 from edged.config.layouts import normalize_type
-from edged.config.rollout import RolloutConfig
 from edged.delivery.pace import OncePerMinute, Pace, peer_key
 from edged.delivery.rung_launcher import RungLauncher
 from edged.delivery.rungs import FrameRing, built, drop_rungs, with_rungs
-from edged.delivery.shadow import refusal, shadow_live
 from edged.delivery.store import StoreFull, VersionStore, default_state_dir, open_store
-from edged.delivery.watch import judge, read, window
 from edged.errors import EdgedError, InvalidArgument, Unavailable
 from edged.model.contract import Prepared
 from edged.model.model import Model
@@ -54,17 +50,13 @@ from edged.protocols.frigate.model_check import (
     labelmap_fit,
     model_config,
 )
+from edged.protocols.frigate.rollout import shadow_transfer, watch_transfer, watching
 from edged.protocols.frigate.store import FrigateModels, StoredModel, atomic_write
 from edged.protocols.frigate.wire import FrigateRequest, data_answer, request_answer
 from edged.protocols.serving import Serving
 from edged.protocols.sockets import is_local
 
 log = logging.getLogger("edged.frigate")
-
-#: the most of Frigate's 30 s wait for its transfer's answer a shadow may take
-SHADOW_S = 5.0
-#: the model being replaced computed a frame this recently: frames are arriving
-LIVE_S = 2.0
 
 
 @dataclass
@@ -222,7 +214,7 @@ class SentModels:
             err = await self._serve(e, stored, "promoted")
             if err is None and before not in (None, stored.sha256):
                 # a new model replaced one that served: watched, as every delivered version
-                self._watching(e, stored)
+                watching(self.state, e.cfg.model, stored.name)
                 self.state.spawn(self._watch(e, stored))
         if err:
             return data_answer(name, True, False, err)
@@ -326,7 +318,8 @@ class SentModels:
                               self.state.registry.find(name) is not None)
             return msg
         if how == "promoted":
-            why = await self._shadow(e, stored, model)
+            why = await shadow_transfer(self.state, e.address, name, stored.name,
+                                        self.state.registry.find(name), model)
             if why is not None:
                 await model.close()
                 return why
@@ -347,44 +340,6 @@ class SentModels:
         if how == "promoted":
             board.promoted(name, "frigate")
         return None
-
-    async def _shadow(self, e: SentEndpoint, stored: StoredModel, cand: Model) -> str | None:
-        """The shadow stage of a transfer, where it applies: the model being replaced is
-        computing frames (another client's: the sender waits for its answer) and the new
-        one takes and gives the same tensors; a share of those frames is computed again
-        by the new one (``edged.delivery.shadow``), for at most ``SHADOW_S`` of Frigate's
-        30 s wait. None, or why the new model is refused (it failed live frames)."""
-        board, name = self.state.board, e.cfg.model
-        cur = self.state.registry.find(name)
-        loaded = cand.live.loaded
-        if cur is None or not cur.ready or loaded is None:
-            return None  # nothing serves: nothing to compare with
-        if (cur.inputs, cur.outputs) != (cand.inputs, cand.outputs):
-            skipped = "it takes or gives other tensors than the model it replaces"
-        elif cur.idle_s > LIVE_S:
-            skipped = (f"the model it replaces computed no frame in the last {LIVE_S:g} s "
-                       "(Frigate sends its model before its frames)")
-        else:
-            skipped = ""
-        if skipped:
-            board.entry(name, shadow={"skipped": skipped})
-            return None
-        cfg = RolloutConfig()
-        seconds = min(cfg.shadow_s, SHADOW_S)
-        board.entry(name, stage="shadowing", progress=f"{stored.name}: {cfg.shadow_share:.0%} "
-                    f"of live frames, up to {cfg.shadow_requests} or {seconds:g} s")
-        shadow = await shadow_live(cur, loaded, cfg.shadow_share, cfg.shadow_requests,
-                                   seconds, idle_s=LIVE_S)
-        report = shadow.report()
-        board.entry(name, shadow=report)
-        log.info("frigate %s: model %r shadow: %s", e.address, stored.name, report)
-        why = refusal(shadow, cfg.min_agreement)
-        if why is None:
-            return None
-        msg = f"edged refused {stored.name!r}: {why[1]}"
-        log.error("frigate %s: %s", e.address, msg)
-        board.refused(name, "shadowing", why[0], msg, True)
-        return msg
 
     async def _load(self, e: SentEndpoint, stored: StoredModel
                     ) -> tuple[Model, str, Path, tuple[str, ...]]:
@@ -468,35 +423,15 @@ class SentModels:
         models.grew(s.stored)
         return why
 
-    def _watching(self, e: SentEndpoint, stored: StoredModel) -> None:
-        """``edged status`` shows the new model in its watch window."""
-        self.state.board.entry(e.cfg.model, stage="watching", watch={
-            "version": stored.name, "seconds": RolloutConfig().watch_s, "baseline": None})
-
     async def _watch(self, e: SentEndpoint, stored: StoredModel) -> None:
-        """The watch window of ``edged.delivery.watch`` after a new model replaced one:
-        errors or deadline misses above ``[models.rollout]``'s defaults roll it back to the
-        model it replaced, which is never served again here."""
-        cfg = RolloutConfig()
-        metrics, name, board = self.state.metrics, e.cfg.model, self.state.board
-        start = read(metrics, name)
-        end = start.at + cfg.watch_s
-        while True:
-            await asyncio.sleep(1.0)
-            if e.served is None or e.served.stored.sha256 != stored.sha256:
-                return  # replaced meanwhile: its own watch decides
-            w = window(start, read(metrics, name))
-            board.entry(name, watch={**(board.entries[name].get("watch") or {}),
-                                     "watched": w.to_json()})
-            why = judge(w, None, cfg)
-            if why is not None:
-                break
-            if read(metrics, name).at >= end:
-                board.entry(name, stage="serving", progress=f"{stored.name} passed its "
-                            f"{cfg.watch_s:g} s watch window")
-                board.history(name, version=stored.name, digest=stored.sha256,
-                              event="watched")
-                return
+        """The watch window after a new model replaced one (``rollout.watch_transfer``
+        decides); on a regression the model it replaced serves again, and the regressed
+        bytes are never served here again."""
+        name, board = e.cfg.model, self.state.board
+        why = await watch_transfer(self.state, name, stored.name, stored.sha256, lambda: (
+            e.served is not None and e.served.stored.sha256 == stored.sha256))
+        if why is None:
+            return
         async with e.lock:
             models = self.models(e)
             fb = await asyncio.to_thread(models.fallback)
