@@ -92,7 +92,7 @@ path = "unused"
 
 def test_a_sent_model_that_regresses_is_rolled_back_and_never_served_again(
         tmp_path: Path) -> None:
-    """Frigate's transfer takes the delivery pipeline's watch window: a new model that
+    """Frigate's transfer takes a delivered version's watch window: a new model that
     misses its deadlines on every frame is replaced by the one it replaced, and the same
     bytes sent again are refused with the reason (in the answer and in edged status)."""
     from test_frigate_loading import slow_detector

@@ -151,9 +151,7 @@ class Deliveries:
 
     # -- the loop and the operator's pull ----------------------------------------------
     async def loop(self) -> None:
-        """Poll every delivered model's source at its ``poll_s`` (0: never by itself);
-        first, watch again what was in its watch window when the daemon stopped."""
-        await self._resume_watches()
+        """Poll every delivered model's source at its ``poll_s`` (0: never by itself)."""
         due: dict[str, float] = {m.name: time.monotonic() + FIRST_POLL_S
                                  for m in self.delivered() if m.source and m.source.poll_s}
         next_reading = 0.0
@@ -269,9 +267,10 @@ class Deliveries:
         self._watching[mc.name] = asyncio.get_running_loop().create_task(
             self._watch(mc, v, manifest, baseline))
 
-    async def _resume_watches(self) -> None:
-        """After a restart: each delivered model serving a version its store still has in
-        a watch window is watched again, for a whole window (the module's docstring says
+    async def resume_watches(self) -> None:
+        """At start, once the models loaded and before the daemon is READY (so its first
+        status says so): each delivered model serving a version its store still has in a
+        watch window is watched again, for a whole window (the module's docstring says
         why), against the baseline kept with the pointer."""
         store = self.state.store
         if store is None:

@@ -106,6 +106,7 @@ class Server:
             # What start-up did not take (may still be opening) is closed off READY's path.
             loop.run_in_executor(None, discard_preopened)
         self._tasks.append(loop.create_task(self.health.watchdog_loop(), name="watchdog"))
+        await self.deliveries.resume_watches()
         self._tasks.append(loop.create_task(self.deliveries.loop(), name="delivery"))
         st.ready = True
         st.phase = "serving"
