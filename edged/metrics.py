@@ -159,9 +159,10 @@ class Metrics:
             "model, version label and digest (the bundle manifest's sha256)",
             ["model", "version", "digest"], registry=r)
         self.model_updates = Counter(
-            "edged_model_updates", "New versions of delivered models, by model, outcome "
-            "(promoted, refused, rolled_back) and reason (poll|operator for a promotion; the "
-            "refusal's reason: signature, digest, accuracy, contract, ...)",
+            "edged_model_updates", "New versions of delivered models and of models Frigate "
+            "sends, by model, outcome (promoted, refused, rolled_back) and reason "
+            "(poll|operator|frigate for a promotion; the refusal's reason: signature, digest, "
+            "accuracy, contract, ...)",
             ["model", "outcome", "reason"], registry=r)
         self.inflight = Gauge(
             "edged_inflight_requests", "Requests received and not yet answered", registry=r)

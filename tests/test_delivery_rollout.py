@@ -1,7 +1,7 @@
 """After the gate (issue 30, edged/server/delivery.py and watch.py): the watch window rolls
 a regressing version back by itself, an operator promotes and rolls back by hand, a
 rolled-back version is never taken again from its source, and a daemon killed at any stage
-restarts serving one whole version.
+restarts serving one whole version (killed while watching: the new one, watched again).
 
 Real parts: the daemon, the shipped digits model as published bundles signed here, a
 folder source and a web server that can be slowed down; the slower version is the same
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from support.configs import DIGITS_PREPROCESS, config, model_table, variant
 from support.daemons import Daemon
-from support.delivery import compiled, keypair, slow_digits, web_server
+from support.delivery import compiled, faulty_digits, keypair, slow_digits, web_server
 from support.digits import X, Y, tensor
 from support.paths import MODELS
 
@@ -297,7 +297,10 @@ def test_a_daemon_killed_at_any_stage_restarts_on_a_whole_version(
             publish(tmp_path, str(www), key, "v3", src, accuracy=0.9867)
             threading.Thread(target=lambda: _quiet_pull(d), daemon=True).start()
             end = time.monotonic() + 60
-            while d.ctl({"op": "status"})["delivery"]["digits"].get("stage") != stage:
+            # v2 is still in its own watch window: "watching" counts only once v3 is
+            # the version watched (a status answered before the pull began says
+            # "watching" of v2, and a kill then would find v2 serving: the old flake)
+            while not _at(d.ctl({"op": "status"})["delivery"]["digits"], stage, "v3"):
                 assert time.monotonic() < end, d.log_tail()
                 time.sleep(0.01)
             d.proc.send_signal(signal.SIGKILL)
@@ -314,7 +317,11 @@ def test_a_daemon_killed_at_any_stage_restarts_on_a_whole_version(
                 assert d.ctl({"op": "reload"})["status"] == "OK"
             assert answering(d) == want
             status = d.ctl({"op": "status"})["delivery"]["digits"]
-            assert status["version"] == want.split("@")[1] and status["stage"] == "serving"
+            assert status["version"] == want.split("@")[1], status
+            # the version serving was in its watch window (v2's, or v3's): watched again
+            # for a whole window
+            assert _at(status, "watching", want.split("@")[1]), status
+            assert status["watch"]["restarts"] == 1, status
             if stage != "watching":  # the candidate is taken again from the start
                 r = d.ctl({"op": "pull", "model": "digits"}, timeout=180)
                 assert r["status"] == "OK", r
@@ -324,6 +331,69 @@ def test_a_daemon_killed_at_any_stage_restarts_on_a_whole_version(
         finally:
             d.stop()
     shutil.rmtree(tmp_path / "state", ignore_errors=True)
+
+
+def _at(entry: dict[str, Any], stage: str, version: str) -> bool:
+    """The status entry shows ``version`` at ``stage`` (a candidate's stages name it as
+    ``candidate``; the watch names the version it watches)."""
+    if entry.get("stage") != stage:
+        return False
+    if stage == "watching":
+        return (entry.get("watch") or {}).get("version") == version
+    return True
+
+
+def test_a_daemon_killed_while_watching_watches_again_and_rolls_a_regression_back(
+        tmp_path: Path, keys: tuple[Path, Path]) -> None:
+    """v2 passes its gate but fails inputs its checks lacked (values of 2 and more, which
+    the configured version computes). Killed -9 in its watch window before any such
+    request came, the daemon restarts on v2, watches it again, and the requests it fails
+    after the restart roll it back to the configured version."""
+    key, pub = keys
+    repo = tmp_path / "repo"
+    cfg = make_config(tmp_path, f"file://{repo}", pub, "watch_s = 600\nmin_requests = 20\n")
+    src = compiled(tmp_path / "c2")
+    faulty_digits(src / "cnn-fp32.onnx")
+    publish(tmp_path, str(repo), key, "v2", src)
+    d = Daemon(cfg, tmp_path)
+    try:
+        r = d.ctl({"op": "pull", "model": "digits"}, timeout=120)
+        assert r["status"] == "OK" and _at(r["delivery"], "watching", "v2"), r
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(10)
+    finally:
+        d.stop()
+    d = Daemon(cfg, tmp_path)
+    try:
+        assert answering(d) == "cnn-fp32@v2"  # a whole version: the one promoted
+        e = d.ctl({"op": "status"})["delivery"]["digits"]
+        assert _at(e, "watching", "v2") and e["watch"]["restarts"] == 1, e
+        assert "watching it again" in d.log()
+        bright = np.full((1, 1, 28, 28), 2.0, np.float32)  # the old version computes it
+        failed = 0
+        with d.client(timeout_s=30) as c:
+            end = time.monotonic() + 120
+            while not d.ctl({"op": "status"})["delivery"]["digits"].get("last_rollback"):
+                assert time.monotonic() < end, d.log_tail()
+                r = c.infer("digits", bright, raise_on_error=False)
+                failed += r.status != "OK"
+        e = d.ctl({"op": "status"})["delivery"]["digits"]
+        assert failed >= 1 and e["last_rollback"]["by"] == "automatic", e
+        assert e["last_rollback"]["reason"].startswith("errors:"), e
+        assert answering(d) == "cnn-fp32"  # the configured variants serve again
+        with d.client(timeout_s=30) as c:
+            assert c.infer("digits", bright, raise_on_error=False).status == "OK"
+        r = d.ctl({"op": "pull", "model": "digits"}, timeout=120)
+        assert r["delivery"]["last_refusal"]["reason"] == "rolled_back", r
+    finally:
+        d.stop()
+    # the rollback is what a third start finds: the window is over, v2 never again
+    d = Daemon(cfg, tmp_path)
+    try:
+        assert answering(d) == "cnn-fp32"
+        assert d.ctl({"op": "status"})["delivery"]["digits"]["stage"] != "watching"
+    finally:
+        d.stop()
 
 
 def _quiet_pull(d: Daemon) -> Any:

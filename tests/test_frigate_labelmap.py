@@ -92,9 +92,9 @@ path = "unused"
 
 def test_a_sent_model_that_regresses_is_rolled_back_and_never_served_again(
         tmp_path: Path) -> None:
-    """Frigate's transfer takes the delivery pipeline's watch window: a new model that
+    """Frigate's transfer takes a delivered version's watch window: a new model that
     misses its deadlines on every frame is replaced by the one it replaced, and the same
-    bytes sent again are refused with the reason."""
+    bytes sent again are refused with the reason (in the answer and in edged status)."""
     from test_frigate_loading import slow_detector
 
     port = free_port()
@@ -139,5 +139,13 @@ path = "unused"
         f = FrigateDetector(url, "/config/slow.onnx", "ssd", 20000, model_bytes=slow)
         assert not f.ready and "rolled back here" in f.events.answers[-1]["message"]
         f.close()
+        # edged status says it as it says a delivered version's rollback and refusal
+        e = d.ctl({"op": "status"})["delivery"][f"frigate@{url}"]
+        assert e["version"] == "good.onnx" and e["stage"] == "serving", e
+        assert e["last_rollback"]["version"] == "slow.onnx", e
+        assert e["last_rollback"]["by"] == "automatic", e
+        assert e["last_rollback"]["reason"].startswith("deadline_misses:"), e
+        assert (e["last_refusal"]["stage"], e["last_refusal"]["reason"]) == (
+            "verifying", "rolled_back"), e
     finally:
         d.stop()

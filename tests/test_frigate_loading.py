@@ -33,9 +33,11 @@ FEW_SECONDS = 2_500_000
 FOREVER = 1 << 62
 
 
-def slow_detector(path: Path, trips: int) -> Path:
+def slow_detector(path: Path, trips: int, fails_on_bright: bool = False) -> Path:
     """``image_tensor`` uint8 [1,300,300,3] -> num/boxes/scores/classes (one person at
-    0.9); every output waits for a Loop of ``trips`` Tanh steps started from the image."""
+    0.9); every output waits for a Loop of ``trips`` Tanh steps started from the image.
+    ``fails_on_bright``: an image with a pixel of 200 or more fails (an ONNX Runtime
+    error, a Gather index out of bounds); zeros, as every check at its load uses, pass."""
     from onnx import TensorProto, helper, numpy_helper
 
     body = helper.make_graph(
@@ -59,6 +61,18 @@ def slow_detector(path: Path, trips: int) -> Path:
              numpy_helper.from_array(np.array(True), "cond"),
              numpy_helper.from_array(np.array([1], np.int64), "one"),
              numpy_helper.from_array(np.array([0.0], np.float32), "zero_c")]
+    if fails_on_bright:
+        inits += [numpy_helper.from_array(np.zeros(2, np.float32), "bright_table"),
+                  numpy_helper.from_array(np.array(0.01, np.float32), "bright_scale")]
+        nodes += [helper.make_node("ReduceMax", ["xf"], ["bright_max"], keepdims=0),
+                  helper.make_node("Mul", ["bright_max", "bright_scale"], ["bright_x"]),
+                  helper.make_node("Floor", ["bright_x"], ["bright_floor"]),
+                  helper.make_node("Cast", ["bright_floor"], ["bright_i"],
+                                   to=TensorProto.INT64),
+                  helper.make_node("Gather", ["bright_table", "bright_i"], ["bright_v"]),
+                  helper.make_node("Mul", ["bright_v", "zero_c"], ["bright_z"]),
+                  helper.make_node("Add", ["zero_l", "bright_z"], ["zero"])]
+        nodes[4] = helper.make_node("Mul", ["h", "zero_c"], ["zero_l"])
     outputs = []
     for name, value in consts.items():
         inits.append(numpy_helper.from_array(value, f"{name}_c"))

@@ -1,8 +1,8 @@
 """The rungs of a model Frigate sent (ONNX Runtime INT8; OpenVINO FP32 and INT8 where
 OpenVINO is installed): built in the background from frames Frigate sent, each accepted by
 edged.verify's check on other frames, ordered by measured speed, offered to the governor,
-swapped to, and offered again after a restart (edged/frigate_ladder.py,
-edged/delivery/rung_builds.py, build_rungs.py).
+swapped to, and offered again after a restart (edged/delivery/rungs.py, rung_launcher.py,
+rung_child.py).
 
 The model is the trained digits-det, sent as ``yologeneric`` the way Frigate's YOLOv9
 config sends frames (nchw float 0..1); its held-out scenes are the camera.
@@ -189,7 +189,7 @@ def test_a_sent_model_gets_checked_rungs_the_governor_swaps_to(tmp_path: Path) -
 
 
 def test_without_openvino_its_rungs_are_skipped_with_the_reason(tmp_path: Path) -> None:
-    """The build itself (``python -m edged.protocols.frigate.build_rungs``, as the daemon
+    """The build itself (``python -m edged.protocols.frigate.rung_child``, as the daemon
     runs it) where ``import openvino`` fails, as on a machine without it: the ORT int8 rung
     is built and checked, OpenVINO's are skipped saying why, and the status entry says so
     too."""
@@ -201,7 +201,7 @@ def test_without_openvino_its_rungs_are_skipped_with_the_reason(tmp_path: Path) 
     frames = tmp_path / "frames.npz"
     np.savez(frames, frames=np.concatenate(scenes()[:8]))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(stub.parent), str(ROOT)))}
-    out = subprocess.run([sys.executable, "-m", "edged.protocols.frigate.build_rungs", str(model),
+    out = subprocess.run([sys.executable, "-m", "edged.protocols.frigate.rung_child", str(model),
                           str(frames), "--model-type", "yologeneric"], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     record = json.loads(out.stdout.strip().splitlines()[-1])
@@ -214,7 +214,7 @@ def test_without_openvino_its_rungs_are_skipped_with_the_reason(tmp_path: Path) 
         assert f"{key}: skipped: OpenVINO is not installed" in out.stdout
         assert not list(tmp_path.glob(f"*.{key}.xml"))
     assert set(record["ladder"]) <= {"fp32", "int8"}
-    from edged.delivery.rung_builds import outcome
+    from edged.delivery.rung_launcher import outcome
 
     entry = outcome(record)
     assert entry["rungs"]["ov-int8"]["state"] == "skipped"
@@ -263,7 +263,7 @@ def test_the_stored_ladder_serves_only_what_is_there(tmp_path: Path) -> None:
 def test_the_status_entry_says_each_rungs_fate_and_why() -> None:
     """A build's record as ``edged status`` shows it: the ladder, a refused rung with the
     check's reason, a rung left off the ladder with the ladder rule's, a failed build."""
-    from edged.delivery.rung_builds import outcome
+    from edged.delivery.rung_launcher import outcome
 
     record = {
         "ladder": ["fp32", "int8"], "build_s": 12.5,
@@ -292,7 +292,7 @@ def _timed(name: str, precision: str, ms: float) -> dict[str, Any]:
 
 
 def test_the_served_model_keeps_the_top_unless_an_fp32_rung_is_measurably_faster() -> None:
-    from edged.delivery.build_rungs import _top_stays
+    from edged.delivery.rung_child import _top_stays
 
     near = [_timed("fp32", "fp32", 10.0), _timed("ov-fp32", "fp32", 9.0),
             _timed("int8", "int8", 8.0)]

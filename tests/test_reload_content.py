@@ -137,3 +137,54 @@ def test_a_changed_rung_that_fails_its_check_is_refused(served: dict[str, Any]) 
     m = model(d)
     assert (m["active_variant"], m["digest"]) == ("lite", live)
     d.ctl({"op": "swap", "model": "digits", "variant": "auto"})
+
+
+def test_a_reload_that_replaces_a_model_under_frame_load_fails_no_request(
+        tmp_path: Path) -> None:
+    """Each reload replaces the digits model (its ``max_queue`` changed) while four clients
+    send camera frames, which the daemon decodes and resizes off the event loop: a frame
+    admitted by the model going out is still computed by it (``Model.drain`` waits for
+    what was admitted before it stops accepting). Before, 7 to 10 of 15 such reloads
+    failed a frame with UNAVAILABLE ("shutting down", "unloaded")."""
+    import threading
+
+    from support.configs import DIGITS_PREPROCESS, config, model_table
+    from support.digits import X
+
+    def write(max_queue: int) -> Path:
+        return config(tmp_path, models=[model_table(
+            "digits", [variant("cnn-fp32", MODELS / "cnn-fp32.onnx")], max_batch_size=8,
+            max_queue=max_queue, preprocess=DIGITS_PREPROCESS)],
+            server="drain_timeout_s = 2.0\n")
+
+    d = Daemon(write(256), tmp_path)
+    stop = threading.Event()
+    replies: list[tuple[str, str | None]] = []
+
+    def send() -> None:
+        with d.client(timeout_s=30) as c:
+            i = 0
+            while not stop.is_set():
+                frame = np.kron(X[i % len(X)], np.ones((40, 40), np.uint8))  # 1120x1120
+                r = c.infer("digits", frame, raise_on_error=False)
+                replies.append((r.status, r.header.get("error")))
+                i += 1
+
+    threads = [threading.Thread(target=send) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        for k in range(15):
+            seen = len(replies)
+            wait_until(lambda seen=seen: len(replies) >= seen + 20, 30,
+                       "frames answered between reloads")
+            write(257 + k)
+            r = d.ctl({"op": "reload"})
+            assert r["status"] == "OK" and r["reload"]["changed"] == ["digits"], r
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        d.stop()
+    failed = [r for r in replies if r[0] != "OK"]
+    assert not failed and len(replies) > 300, failed[:5]

@@ -1,10 +1,13 @@
-"""``edged publish DIR --to SOURCE --sign KEY``: a version, once, for a whole fleet.
+"""``edged publish DIR --to SOURCE --sign KEY [--sign-cert CERT --cert-chain CA...]``: a
+version, once, for a whole fleet.
 
 Why a command of its own: on the workstation that ran ``edged compile``, this packs what it
 wrote (artifacts, sidecars, golden files, ``variants.toml``) with the model's contract
 (``model.json``) and a labelled validation set into a bundle whose manifest names every
-file by SHA-256, signs it with OpenSSF ``model-signing`` (an EC key pair, offline) and puts
-it at the source every device polls (docs/delivery.md). The devices check the rest.
+file by SHA-256, signs it with OpenSSF ``model-signing`` (offline: an EC key whose public
+key the devices hold, or that key with its certificate and the chain above it, for devices
+that trust a root) and puts it at the source every device polls (docs/delivery.md). The
+devices check the rest.
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--to", required=True, metavar="SOURCE",
                    help="oci://HOST/REPO:TAG, file:///PATH or a folder a web server serves")
     p.add_argument("--sign", type=Path, metavar="KEY", help="the EC private key (PEM)")
+    p.add_argument("--sign-cert", type=Path, metavar="CERT",
+                   help="KEY's certificate (PEM): sign with a certificate identity, for "
+                        "devices whose certificate_chain holds its root")
+    p.add_argument("--cert-chain", type=Path, nargs="+", default=[], metavar="CA",
+                   help="with --sign-cert: the certificates above CERT (its issuer, up to "
+                        "the root the devices trust), PEM")
     p.add_argument("--unsigned", action="store_true",
                    help="no signature (only a file:// source with allow_unsigned takes it)")
     p.add_argument("--model", required=True, help="the model's name in the devices' config")
@@ -73,6 +82,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
         print("edged publish: give --sign KEY (or --unsigned for a file:// source that "
               "allows it)", file=sys.stderr)
         return 2
+    if (args.sign_cert is not None or args.cert_chain) and args.sign is None:
+        print("edged publish: --sign-cert and --cert-chain sign with --sign KEY (the "
+              "certificate's private key)", file=sys.stderr)
+        return 2
+    if args.sign_cert is None and args.cert_chain:
+        print("edged publish: --cert-chain goes with --sign-cert CERT", file=sys.stderr)
+        return 2
     contract = args.contract or args.dir / "model.json"
     try:
         accuracy = _claimed(args, contract)
@@ -82,7 +98,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
             manifest = pack(args.dir, out, args.model, args.version, accuracy, contract,
                             args.validation, _metric(args, contract))
             if args.sign is not None:
-                sign(out, args.sign)
+                sign(out, args.sign, certificate=args.sign_cert,
+                     chain=tuple(args.cert_chain))
             tag = args.to.rsplit(":", 1)[-1] if args.to.startswith("oci://") and ":" in \
                 args.to.rsplit("/", 1)[-1] else None
             where = source.publish(out, args.model, args.version, manifest.digest,
@@ -90,7 +107,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
     except (BundleRefused, SourceError, ValueError, OSError, KeyError) as e:
         print(f"edged publish: {e}", file=sys.stderr)
         return 1
+    how = ("signed with the certificate " + str(args.sign_cert) if args.sign_cert else
+           "signed" if args.sign else "UNSIGNED")
     print(f"published {args.model} {args.version}: manifest sha256 {manifest.digest}, "
-          f"{len(manifest.files)} files, {manifest.total_bytes} bytes, "
-          f"{'signed' if args.sign else 'UNSIGNED'} -> {where}")
+          f"{len(manifest.files)} files, {manifest.total_bytes} bytes, {how} -> {where}")
     return 0

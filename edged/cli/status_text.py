@@ -208,10 +208,13 @@ def _delivery_lines(name: str, e: dict[str, Any]) -> list[str]:
     w = e.get("watch") or {}
     if e.get("stage") == "watching" and w.get("watched"):
         seen = w["watched"]
+        again = (f", again after {w['restarts']} restart(s) of the daemon"
+                 if w.get("restarts") else "")
         out.append(f"  watching {w.get('version')}: {seen['requests']} requests, "
                    f"{seen['errors']} errors, {seen['deadline_misses']} deadline misses, "
                    f"p99 {seen['p99_ms']} ms (before: "
-                   f"{(w.get('baseline') or {}).get('p99_ms')} ms) of {w.get('seconds')} s")
+                   f"{(w.get('baseline') or {}).get('p99_ms')} ms) of {w.get('seconds')} s"
+                   + again)
     if e.get("last_refusal"):
         f = e["last_refusal"]
         out.append(f"  last refusal ({f['stage']}, {f['reason']}): {f['message']}"[:300])

@@ -21,7 +21,8 @@ class SourceConfig:
     url: str
     #: an EC public key (PEM) every version must be signed with
     public_key: Path | None = None
-    #: or the certificate chain (PEM files) of the signing certificate
+    #: or the root (and any intermediate) certificates, PEM, a signing certificate carried
+    #: in the signature must chain to
     certificate_chain: tuple[Path, ...] = ()
     #: look for a new version this often (0: only on ``edged ctl pull``)
     poll_s: float = 300.0
@@ -65,6 +66,11 @@ def read_source(t: Table) -> SourceConfig | None:
         allow_unsigned=allow_unsigned,
         insecure=t.get("insecure", bool, False),
     )
+    if public_key is not None and public_key.is_file():
+        _check_pem(t, "public_key", public_key, certificates=False)
+    for i, c in enumerate(certs):
+        if c.is_file():
+            _check_pem(t, f"certificate_chain[{i}]", c, certificates=True)
     if public_key is not None and certs:
         t.problem("certificate_chain", "give public_key or certificate_chain, not both")
     if allow_unsigned and url and not cfg.is_file:
@@ -76,3 +82,28 @@ def read_source(t: Table) -> SourceConfig | None:
                   "allow_unsigned = true")
     t.done()
     return cfg if url else None
+
+
+def _check_pem(t: Table, key: str, path: Path, certificates: bool) -> None:
+    """An EC public key, or PEM certificates, as model-signing will read them at the first
+    pull: a wrong file is a config error now, not a refusal of every version later.
+    Skipped without ``cryptography`` (the delivery extra: the daemon says so at a pull)."""
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.serialization import load_pem_public_key
+    except ImportError:
+        return
+    try:
+        data = path.read_bytes()
+        if certificates:
+            x509.load_pem_x509_certificates(data)
+            return
+        k = load_pem_public_key(data)
+    except (OSError, ValueError) as e:
+        what = "PEM certificates" if certificates else "a PEM public key"
+        t.problem(key, f"{path}: not {what}: {e}")
+        return
+    if not isinstance(k, ec.EllipticCurvePublicKey):
+        t.problem(key, f"{path}: a {type(k).__name__}; model-signing verifies EC keys "
+                  "(e.g. openssl ecparam -name prime256v1)")

@@ -32,7 +32,7 @@ from pathlib import Path
 from edged.delivery.bundle import MANIFEST, BundleRefused, Manifest, read_manifest
 from edged.delivery.sources import Ref, Source, SourceError
 from edged.delivery.store import StoreFull, Version, VersionStore, atomic_write
-from edged.delivery.trust import MAX_SIGNATURE_BYTES, SIGNATURE, Trust, TrustRefused
+from edged.delivery.trust import MAX_SIGNATURE_BYTES, SIGNATURE, Signed, Trust, TrustRefused
 
 log = logging.getLogger("edged.delivery")
 
@@ -88,11 +88,11 @@ def fetch(source: Source, trust: Trust, store: VersionStore, model: str,
         raise Refused("downloading", "source", str(e)) from None
     say("verifying", f"{ref.where}: manifest")
     digest = hashlib.sha256(raw).hexdigest()
-    if signed is not None and signed.get(MANIFEST) != digest:
+    if signed is not None and signed.files.get(MANIFEST) != digest:
         raise Refused("verifying", "digest",
                       f"{ref.where}/{MANIFEST} does not match its signature (sha256 "
-                      f"{digest[:12]}, signed {str(signed.get(MANIFEST))[:12]}): changed "
-                      "after signing")
+                      f"{digest[:12]}, signed {str(signed.files.get(MANIFEST))[:12]}): "
+                      "changed after signing")
     if ref.manifest_digest is not None and ref.manifest_digest != digest:
         raise Refused("verifying", "digest",
                       f"{ref.where}/{MANIFEST} hashes to {digest[:12]}, the source's index "
@@ -105,7 +105,7 @@ def fetch(source: Source, trust: Trust, store: VersionStore, model: str,
         raise Refused("verifying", "manifest", f"{ref.where}: the bundle is of model "
                       f"{manifest.model!r}, not {model!r}")
     if signed is not None:
-        _same_files(ref, signed, manifest)
+        _same_files(ref, signed.files, manifest)
     why = store.never_again(model, manifest.digest)
     if why:
         raise Refused("verifying", "rolled_back",
@@ -139,13 +139,15 @@ def fetch(source: Source, trust: Trust, store: VersionStore, model: str,
         atomic_write(work / SIGNATURE, sig)
     v = store.commit(model, manifest.version, manifest.digest, work,
                      {"source": source.url, "where": ref.where,
-                      "signed": trust.describe(), "manifest": manifest.to_json()})
-    log.info("delivery: %s %s (%s, %d bytes) stored from %s", model, manifest.version,
-             manifest.digest[:12], total, ref.where)
+                      "signed": signed.signer if signed is not None else trust.describe(),
+                      "manifest": manifest.to_json()})
+    log.info("delivery: %s %s (%s, %d bytes) stored from %s, signed by %s", model,
+             manifest.version, manifest.digest[:12], total, ref.where,
+             signed.signer if signed is not None else "no one (allow_unsigned)")
     return Fetched(v, manifest, ref, True)
 
 
-def _signed(source: Source, trust: Trust, ref: Ref) -> dict[str, str] | None:
+def _signed(source: Source, trust: Trust, ref: Ref) -> Signed | None:
     if trust.allow_unsigned and trust.public_key is None and not trust.certificate_chain:
         return None
     try:
@@ -157,7 +159,7 @@ def _signed(source: Source, trust: Trust, ref: Ref) -> dict[str, str] | None:
     try:
         return trust.signed_files(sig)
     except TrustRefused as e:
-        raise Refused("verifying", "signature", f"{ref.where}: {e}") from None
+        raise Refused("verifying", e.reason, f"{ref.where}: {e}") from None
 
 
 def _same_files(ref: Ref, signed: dict[str, str], manifest: Manifest) -> None:

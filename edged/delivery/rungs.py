@@ -2,7 +2,7 @@
 
 Why here: no detector server builds a ladder for a model a client hands it, and a version
 delivered with only its fp32 model has none; edged builds one (``edged.delivery.
-build_rungs``, a child process at the lowest priority on one core) from the model's own
+rung_child``, a child process at the lowest priority on one core) from the model's own
 inputs (frames Frigate sent, a version's validation rows), and this module is what the
 daemon knows of it: the ring of frames kept for the build, the files beside a stored
 model (``<stem>`` is its file name's stem: a sent model's sha256, a version's top

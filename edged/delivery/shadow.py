@@ -20,6 +20,7 @@ thread that loaded the candidate.)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -138,3 +139,41 @@ class Shadow:
     def close(self) -> None:
         self.done.set()
         self._pool.shutdown(wait=True)
+
+
+async def shadow_live(live: Any, candidate: Any, share: float, max_rows: int,
+                      seconds: float, idle_s: float | None = None) -> Shadow:
+    """Shadow the batches ``live`` (a served ``Model``) computes with ``candidate`` (an
+    open variant) for ``max_rows`` rows or ``seconds``, whichever comes first, or (with
+    ``idle_s``) until ``live`` has computed nothing for that long; the closed ``Shadow``
+    (its ``report``). Both roads of a version use it: a delivered version before its
+    promotion, a model Frigate sent while another client's frames reach the one it
+    replaces (whose sender waits: it stops when the frames do)."""
+    shadow = Shadow(candidate, share, max_rows)
+    live.shadow = shadow
+    end = time.monotonic() + seconds
+    try:
+        while not shadow.done.is_set() and time.monotonic() < end:
+            step = end - time.monotonic() if idle_s is None else min(0.25, idle_s)
+            await asyncio.to_thread(shadow.done.wait, max(0.0, step))
+            if idle_s is not None and live.idle_s > idle_s:
+                break
+    finally:
+        live.shadow = None
+        await asyncio.to_thread(shadow.close)
+    return shadow
+
+
+def refusal(shadow: Shadow, min_agreement: float | None) -> tuple[str, str] | None:
+    """Why the candidate is refused after its shadow, as (reason, message): it failed live
+    batches, or (only when ``min_agreement`` is set) it agreed with the live version on
+    fewer of them. None: it may go on."""
+    if shadow.errors:
+        return "errors", (f"the new version failed {len(shadow.errors)} shadow batches: "
+                          f"{shadow.errors[0]}")
+    agreement = shadow.agreement
+    if min_agreement is not None and agreement is not None and agreement < min_agreement:
+        return "agreement", (f"the new version agrees with the live one on {agreement:.1%} "
+                             f"of {shadow.compared} shadowed requests (min_agreement "
+                             f"{min_agreement:.0%})")
+    return None

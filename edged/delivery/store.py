@@ -20,7 +20,9 @@ Layout under ``root`` (``STATE_DIR/store``)::
                               (``<digest>.onnx``, its rungs beside it) or a bundle's files
     incoming/<digest>/...     a download in progress (resumable; counted in the quota)
     index.json                which model has which versions, which serves, which is its
-                              fallback, which versions are never to be taken again
+                              fallback, which versions are never to be taken again, and
+                              which one is in its watch window (with the baseline it is
+                              judged against)
 
 Crash consistency: a version's folder is complete before the index names it (files are
 written under temporary names, fsynced and renamed); the index is replaced atomically (a
@@ -187,6 +189,8 @@ class VersionStore:
             for key in ("serving", "fallback"):
                 if m.get(key) is not None and m[key] not in digests:
                     m[key], changed = None, True
+            if m.get("watch") is not None and m["watch"]["digest"] != m.get("serving"):
+                m["watch"], changed = None, True
             named |= digests
         for orphan in sorted(on_disk - named):
             # written, but the index never named it (a crash in between): not a whole version
@@ -227,12 +231,15 @@ class VersionStore:
                 v["stored_at"] = float(v.get("stored_at") or 0.0)
                 v["meta"] = v["meta"] if isinstance(v.get("meta"), dict) else {}
             never = m.get("never") if isinstance(m.get("never"), dict) else {}
+            watch = m.get("watch")
             models[name] = {
                 "versions": versions,
                 "serving": m.get("serving") if is_digest(m.get("serving")) else None,
                 "fallback": m.get("fallback") if is_digest(m.get("fallback")) else None,
                 "never": {k: v for k, v in never.items() if is_digest(k)},
                 "history": [h for h in m.get("history") or [] if isinstance(h, dict)][-50:],
+                "watch": watch if isinstance(watch, dict) and is_digest(watch.get("digest"))
+                else None,
             }
         return {"format": FORMAT, "models": models}
 
@@ -244,7 +251,7 @@ class VersionStore:
     def _model(self, model: str) -> dict[str, Any]:
         return self._index["models"].setdefault(
             model, {"versions": [], "serving": None, "fallback": None, "never": {},
-                    "history": []})
+                    "history": [], "watch": None})
 
     def _version(self, model: str, v: dict[str, Any]) -> Version:
         return Version(model, v["digest"], v["name"], self.versions_dir / v["digest"],
@@ -275,6 +282,25 @@ class VersionStore:
             m = self._index["models"].get(model)
             digest = m.get(key) if m else None
             return self.get(model, digest) if digest else None
+
+    def watch(self, model: str) -> dict[str, Any] | None:
+        """The watch window the serving version of ``model`` is in (written with its
+        pointer at promotion): ``digest``, ``seconds``, ``baseline``, ``restarts``; None
+        when it passed, was rolled back, or had none."""
+        with self._lock:
+            m = self._index["models"].get(model)
+            w = (m or {}).get("watch")
+            return dict(w) if w is not None and w["digest"] == m["serving"] else None
+
+    def set_watch(self, model: str, digest: str, watch: dict[str, Any] | None) -> None:
+        """The serving version ``digest`` is watched with ``watch`` (None: its window ended,
+        it passed)."""
+        with self._lock:
+            m = self._model(model)
+            if watch is None and (m.get("watch") or {}).get("digest") != digest:
+                return
+            m["watch"] = {**watch, "digest": digest} if watch is not None else None
+            self._write(self._index)
 
     def never_again(self, model: str, digest: str) -> str | None:
         """Why ``digest`` is never to be taken again for ``model`` (None: it may be)."""
@@ -541,9 +567,10 @@ class VersionStore:
                 entry["name"] = name
                 self._write(self._index)
 
-    def promote(self, model: str, digest: str) -> None:
-        """``digest`` serves ``model`` now; what served becomes its fallback. One atomic
-        write of the index: a restart serves the one or the other, never a mix."""
+    def promote(self, model: str, digest: str, watch: dict[str, Any] | None = None) -> None:
+        """``digest`` serves ``model`` now; what served becomes its fallback; ``watch`` is
+        its watch window (``set_watch``). One atomic write of the index: a restart serves
+        the one or the other, never a mix, and finds the new one still to be watched."""
         with self._lock:
             m = self._model(model)
             if m["serving"] == digest:
@@ -551,6 +578,7 @@ class VersionStore:
             if m["serving"] is not None:
                 m["fallback"] = m["serving"]
             m["serving"] = digest
+            m["watch"] = {**watch, "digest": digest} if watch is not None else None
             if m["fallback"] == digest:
                 m["fallback"] = None
             self._record(model, digest, "serving")
@@ -567,6 +595,8 @@ class VersionStore:
                 m["serving"], m["fallback"] = m["fallback"], None
             elif m["fallback"] == digest:
                 m["fallback"] = None
+            if (m.get("watch") or {}).get("digest") == digest:
+                m["watch"] = None
             if never:
                 m["never"][digest] = {"reason": reason, "source": source,
                                       "at": round(time.time(), 1)}

@@ -57,6 +57,18 @@ class Window:
                 "p99_ms": None if self.p99_ms is None else round(self.p99_ms, 2),
                 "rate": round(self.rate, 1), "in_flight": round(self.in_flight, 2)}
 
+    @classmethod
+    def from_json(cls, d: Any) -> Window | None:
+        """A window ``to_json`` wrote (the baseline kept in the store across a restart);
+        None for anything else."""
+        try:
+            p99 = d["p99_ms"]
+            return cls(float(d["seconds"]), int(d["requests"]), int(d["errors"]),
+                       int(d["deadline_misses"]), None if p99 is None else float(p99),
+                       float(d.get("in_flight", 0.0)))
+        except (TypeError, KeyError, ValueError, AttributeError):
+            return None
+
 
 def read(metrics: Any, model: str) -> Reading:
     """One reading of ``model``'s counters (every variant) and latency histogram."""

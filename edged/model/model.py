@@ -12,6 +12,7 @@ backend are its own business.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -80,6 +81,10 @@ class Model:
         #: a candidate version's shadow (``edged.delivery.shadow``): offered each computed
         #: batch after the fact; it never delays one
         self.shadow: Any = None
+        #: requests admitted to this model and not yet queued or answered (a frame still
+        #: being decoded off the event loop; ``edged.protocols.admission`` counts them)
+        self._admitted = 0
+        self._last_batch: float | None = None
 
     @property
     def variant_names(self) -> list[str]:
@@ -124,6 +129,12 @@ class Model:
     @property
     def depth(self) -> int:
         return self._batcher.depth
+
+    @property
+    def idle_s(self) -> float:
+        """Seconds since this model last computed a batch (infinite: never)."""
+        last = self._last_batch
+        return float("inf") if last is None else time.monotonic() - last
 
     @property
     def detects(self) -> bool:
@@ -261,6 +272,7 @@ class Model:
         return loaded.config.name, results, compute_s
 
     def _on_batch(self, variant: str, rows: int, compute_s: float, batch: list[Pending]) -> None:
+        self._last_batch = time.monotonic()
         series = self._m_compute.get(variant)
         if series is None:
             series = self._m_compute[variant] = self.metrics.compute_duration.labels(
@@ -302,9 +314,27 @@ class Model:
             "verify": self.verifier.describe(),
         }
 
+    def admitted(self) -> None:
+        """A request was admitted to this model (it will be queued or answered)."""
+        self._admitted += 1
+
+    def settled(self) -> None:
+        """An admitted request was queued here, or answered without being queued."""
+        self._admitted = max(0, self._admitted - 1)
+
     async def drain(self, timeout: float) -> None:
-        """Stop accepting; queued requests finish within ``timeout``, the rest UNAVAILABLE."""
-        await self._batcher.drain(timeout)
+        """Stop accepting once what was admitted is queued; queued requests finish within
+        ``timeout``, the rest UNAVAILABLE.
+
+        Why wait for the admitted ones first: a model replaced while serving (a reload, a
+        promoted version, a model Frigate sent) is let go the moment the registry points
+        at its successor, but a frame admitted to it just before may still be decoding on
+        a thread; refusing it then would fail a request across a switch that is meant to
+        fail none. So the replaced model takes it, computes it and only then closes."""
+        end = time.monotonic() + timeout
+        while self._admitted > 0 and time.monotonic() < end:
+            await asyncio.sleep(0.005)
+        await self._batcher.drain(max(0.0, end - time.monotonic()))
 
     async def close(self) -> None:
         await self._batcher.stop()

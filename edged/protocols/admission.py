@@ -12,6 +12,10 @@ then:
 
 and ``respond(ticket, outcome)`` is called exactly once with a ``Result`` or an
 ``EdgedError``, *after* the outcome is counted (a scrape right after a reply sees it).
+Between ``admit`` and ``submit`` (or ``fail``) the model knows the request is coming
+(``Model.admitted``/``settled``): a model replaced meanwhile (a reload, a promoted version)
+drains only once it was queued, so a frame decoded across the switch is computed by the
+model that took it instead of failing.
 What is refused before a ticket exists is counted with ``reject``. This module is the
 one writer of ``edged_requests_total``, ``edged_request_duration_seconds``,
 ``edged_queue_duration_seconds`` and ``edged_inflight_requests``.
@@ -40,7 +44,7 @@ class Ticket:
     arrived, who sent it and how its reply goes back. ``context`` is the room's own
     (what it learns while parsing and needs to reply); admission never reads it."""
 
-    __slots__ = ("client", "context", "done", "model", "received", "respond")
+    __slots__ = ("client", "context", "done", "model", "queued", "received", "respond")
 
     def __init__(self, model: Served, received: float, respond: Reply,
                  client: bytes | None) -> None:
@@ -50,6 +54,8 @@ class Ticket:
         self.client = client
         self.context: Any = None
         self.done = False
+        #: queued on its model or answered: no longer counted by ``Model.admitted``
+        self.queued = False
 
 
 class Admission:
@@ -82,6 +88,8 @@ class Admission:
                                         f"is {cap}")
             self._inflight[client] = n + 1
         self.state.metrics.inflight.inc()
+        if isinstance(model, Model):
+            model.admitted()
         return Ticket(model, received, respond, client)
 
     def submit(self, ticket: Ticket, prepared: Prepared, *, priority: int = 1,
@@ -91,6 +99,7 @@ class Admission:
         ``quiet``: nothing else waits on the request's socket (for inline compute)."""
         deadline = ticket.received + timeout_ms / 1000.0 if timeout_ms else None
         respond = functools.partial(self._finish, ticket)
+        self._queued(ticket)
         offload = self.state.offload  # a remote may compute it instead (kserve.offload)
         model = ticket.model
         try:
@@ -117,6 +126,7 @@ class Admission:
         if ticket.done:
             return
         ticket.done = True
+        self._queued(ticket)
         model = ticket.model
         if isinstance(outcome, Result):
             requests, duration, queued = self._ok_series(model.name, outcome.variant)
@@ -128,6 +138,13 @@ class Admission:
                                                outcome.status).inc()
         self._release(ticket)
         ticket.respond(ticket, outcome)
+
+    @staticmethod
+    def _queued(ticket: Ticket) -> None:
+        if not ticket.queued:
+            ticket.queued = True
+            if isinstance(ticket.model, Model):
+                ticket.model.settled()
 
     def _release(self, ticket: Ticket) -> None:
         if ticket.client is not None:

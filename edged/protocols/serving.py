@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import zmq.asyncio
 
 from edged.config.file import Config
+from edged.delivery.board import Board
 from edged.delivery.store import VersionStore
 from edged.metrics import Metrics
 from edged.model.registry import Registry
@@ -60,6 +61,12 @@ class Serving:
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     #: the one store of model versions (``edged.delivery.store``), opened by the lifecycle
     store: VersionStore | None = None
+    #: what ``edged status`` and the metrics say of arriving versions, by either road
+    #: (a delivered bundle, a model Frigate sends): ``edged.delivery.board``
+    board: Board = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.board = Board(self.metrics)
 
     @property
     def serving(self) -> bool:

@@ -12,8 +12,28 @@ serving pointer is written (atomically: a restart serves one whole version). Eve
 refusal and reason is in ``edged status`` (``delivery``), the log and the metrics
 (``edged_model_updates_total{model,outcome,reason}``, ``edged_model_version_info``).
 
+Why promotion fails no request and makes none wait: it is the standby switch
+(``edged.model.standby``) one level up. The new version is a model of its own, opened,
+warmed at its batch sizes and checked on this device (the gate, the shadow) beside the
+serving one before anything points at it; the switch is one pointer
+(``Registry.replace``): requests the old version admitted (queued, computing, or a frame
+still being decoded off the event loop) finish there (``Model.drain`` waits for them), new
+ones go to the new version, which computes at once, with no load in their path. The
+governor's rung follows right after (``adopt``) by a swap that is itself a switch.
+(tests/test_delivery.py: four promotions under eight clients' tensors and frames.)
+
 At start a delivered model serves the version its pointer names (else its fallback, else
 the configured variants), without gates: they passed before it was promoted.
+
+A daemon stopped (or killed) while a version was in its watch window restarts on that
+version (its pointer was written at promotion) and watches it again for a *whole* window,
+not what was left of it: the requests seen before the stop were counted in the stopped
+process and died with it, so the rest of the window alone would judge the version on fewer
+requests than ``watch_s`` was set for, and a stop during a watch is a reason to look again,
+not less. The previous version's baseline (its p99 at its load before the promotion) is
+kept in the store with the pointer, so the p99 rule still has something to compare with.
+The restarts are counted and shown (``watch.restarts``). A pull while a version is watched
+does not end its watch unless the pulled version replaces it.
 """
 
 from __future__ import annotations
@@ -30,16 +50,16 @@ import numpy as np
 from edged.config.models import ModelConfig
 from edged.delivery.bundle import MANIFEST, BundleRefused, Manifest, read_manifest
 from edged.delivery.download import Refused, fetch
-from edged.delivery.pipeline import (
+from edged.delivery.gate import (
     accuracy_gate,
     check_contract,
     needs_rungs,
     rung_frames,
     version_config,
 )
-from edged.delivery.rung_builds import RungBuilds
+from edged.delivery.rung_launcher import RungLauncher
 from edged.delivery.rungs import drop_rungs
-from edged.delivery.shadow import Shadow
+from edged.delivery.shadow import refusal, shadow_live
 from edged.delivery.sources import SourceError, open_source
 from edged.delivery.store import Version
 from edged.delivery.trust import Trust
@@ -59,12 +79,10 @@ class Deliveries:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self._locks: dict[str, asyncio.Lock] = {}
-        #: per model: what ``edged status`` shows (``delivery``)
-        self.entries: dict[str, dict[str, Any]] = {}
         #: one reading a second of each delivered model (the watch's baselines)
         self.readings = Readings()
         #: versions' rung builds (the same build as a model Frigate sent)
-        self.rungs = RungBuilds()
+        self.rungs = RungLauncher()
         self._watching: dict[str, asyncio.Task[Any]] = {}
         #: a model switched in takes the governor's throttle and rung at once
         #: (``Governing.adopt``, set by the lifecycle)
@@ -211,7 +229,6 @@ class Deliveries:
                       where: str) -> None:
         st = self.state
         assert st.store is not None
-        self._stop_watch(mc.name)
         if mc.rollout.build_rungs and needs_rungs(version_config(mc, v, manifest)):
             await self._build_rungs(mc, v, manifest)
         self._entry(mc.name, stage="gating", candidate=manifest.version,
@@ -226,25 +243,67 @@ class Deliveries:
         now = read(st.metrics, mc.name)
         before = self.readings.since(mc.name, mc.rollout.watch_s)
         baseline = window(before, now) if before is not None else None
+        self._stop_watch(mc.name)  # the version it watched is replaced now
         old = st.registry.replace({mc.name: cand}, [])
         for m in old:
             st.spawn(_retire(m, st.config.server.drain_timeout_s))
         self.adopt(cand, f"delivery: {manifest.version} promoted")
-        await asyncio.to_thread(st.store.promote, mc.name, v.digest)
+        watch = ({"seconds": mc.rollout.watch_s, "restarts": 0,
+                  "baseline": baseline.to_json() if baseline else None}
+                 if mc.rollout.watch_s > 0 else None)
+        await asyncio.to_thread(st.store.promote, mc.name, v.digest, watch)
         self._served(mc.name, v, manifest, "promoted")
-        st.metrics.model_updates.labels(mc.name, "promoted", by).inc()
+        st.board.promoted(mc.name, by)
         log.info("delivery: model %s now serves %s (%s) from %s", mc.name, manifest.version,
                  v.digest[:12], where)
-        if mc.rollout.watch_s > 0:
-            self._entry(mc.name, stage="watching", watch={
-                "version": manifest.version, "seconds": mc.rollout.watch_s,
-                "baseline": baseline.to_json() if baseline else None})
-            self._watching[mc.name] = asyncio.get_running_loop().create_task(
-                self._watch(mc, v, manifest, baseline))
+        if watch is not None:
+            self._start_watch(mc, v, manifest, baseline, 0)
+
+    def _start_watch(self, mc: ModelConfig, v: Version, manifest: Manifest,
+                     baseline: Window | None, restarts: int) -> None:
+        self._entry(mc.name, stage="watching", watch={
+            "version": manifest.version, "seconds": mc.rollout.watch_s, "restarts": restarts,
+            "baseline": baseline.to_json() if baseline else None})
+        self._watching[mc.name] = asyncio.get_running_loop().create_task(
+            self._watch(mc, v, manifest, baseline))
+
+    async def resume_watches(self) -> None:
+        """At start, once the models loaded and before the daemon is READY (so its first
+        status says so): each delivered model serving a version its store still has in a
+        watch window is watched again, for a whole window (the module's docstring says
+        why), against the baseline kept with the pointer."""
+        store = self.state.store
+        if store is None:
+            return
+        for mc in self.delivered():
+            pending = store.watch(mc.name)
+            v = store.serving(mc.name)
+            if pending is None or v is None:
+                continue
+            if (self.entries.get(mc.name) or {}).get("digest") != v.digest \
+                    or mc.rollout.watch_s <= 0:
+                # it does not serve (its fallback does), or the config no longer watches
+                await asyncio.to_thread(store.set_watch, mc.name, v.digest, None)
+                continue
+            restarts = int(pending.get("restarts") or 0) + 1
+            baseline = Window.from_json(pending.get("baseline"))
+            await asyncio.to_thread(store.set_watch, mc.name, v.digest,
+                                    {**pending, "restarts": restarts})
+            try:
+                manifest = _manifest(v)
+            except (BundleRefused, OSError) as e:
+                log.error("delivery: model %s: cannot watch %s again: %s", mc.name, v.name, e)
+                continue
+            log.warning("delivery: model %s %s was in its watch window when the daemon "
+                        "stopped; watching it again for %g s (restart %d of its window)",
+                        mc.name, manifest.version, mc.rollout.watch_s, restarts)
+            self._history(mc.name, version=manifest.version, digest=v.digest,
+                          event="watched again after a restart")
+            self._start_watch(mc, v, manifest, baseline, restarts)
 
     async def _build_rungs(self, mc: ModelConfig, v: Version, manifest: Manifest) -> None:
         """The version's rungs, built here from its validation rows by the same build as a
-        model Frigate sent (``edged.delivery.build_rungs``, nice 19, one core); a build
+        model Frigate sent (``edged.delivery.rung_child``, nice 19, one core); a build
         that finds none leaves the version with its one variant."""
         st = self.state
         assert st.store is not None
@@ -255,7 +314,7 @@ class Deliveries:
         frames = await asyncio.to_thread(rung_frames, mc, v, manifest, pre)
         entry = await self.rungs.build(
             mc.name, f"delivery: model {mc.name} {manifest.version}", top.path,
-            ["edged.delivery.build_rungs", "--config", str(st.config.file), "--model",
+            ["edged.delivery.rung_child", "--config", str(st.config.file), "--model",
              mc.name], lambda p: np.savez(p, frames=frames), len(frames),
             f"rows of {manifest.validation}")
         await asyncio.to_thread(st.store.refresh, v.digest)
@@ -281,26 +340,14 @@ class Deliveries:
         self._entry(mc.name, stage="shadowing", progress=f"{manifest.version}: "
                     f"{ro.shadow_share:.0%} of live requests, up to {ro.shadow_requests} "
                     f"or {ro.shadow_s:g} s")
-        shadow = Shadow(loaded, ro.shadow_share, ro.shadow_requests)
-        cur.shadow = shadow
-        try:
-            await asyncio.to_thread(shadow.done.wait, ro.shadow_s)
-        finally:
-            cur.shadow = None
-            await asyncio.to_thread(shadow.close)
+        shadow = await shadow_live(cur, loaded, ro.shadow_share, ro.shadow_requests,
+                                   ro.shadow_s)
         report = shadow.report()
         self._entry(mc.name, shadow=report)
         log.info("delivery: model %s %s shadow: %s", mc.name, manifest.version, report)
-        if report["errors"]:
-            raise Refused("shadowing", "errors", f"the new version failed {report['errors']} "
-                          f"shadow batches: {report['first_error']}")
-        agreement = shadow.agreement
-        if ro.min_agreement is not None and agreement is not None \
-                and agreement < ro.min_agreement:
-            raise Refused("shadowing", "agreement",
-                          f"the new version agrees with the live one on {agreement:.1%} of "
-                          f"{shadow.compared} shadowed requests (min_agreement "
-                          f"{ro.min_agreement:.0%})")
+        why = refusal(shadow, ro.min_agreement)
+        if why is not None:
+            raise Refused("shadowing", *why)
 
     def _stop_watch(self, name: str) -> None:
         t = self._watching.pop(name, None)
@@ -309,8 +356,10 @@ class Deliveries:
 
     async def _watch(self, mc: ModelConfig, v: Version, manifest: Manifest,
                      baseline: Window | None) -> None:
-        """The watch window: roll back by itself on a regression (``edged.server.watch``)."""
+        """The watch window: roll back by itself on a regression (``edged.delivery.
+        watch``); when it passes, the store forgets the window."""
         st = self.state
+        assert st.store is not None
         start = read(st.metrics, mc.name)
         end = start.at + mc.rollout.watch_s
         while True:
@@ -326,6 +375,7 @@ class Deliveries:
                 return
             if time.monotonic() >= end:
                 break
+        await asyncio.to_thread(st.store.set_watch, mc.name, v.digest, None)
         self._entry(mc.name, stage="serving", progress=f"{manifest.version} passed its "
                     f"{mc.rollout.watch_s:g} s watch window")
         self._history(mc.name, version=manifest.version, digest=v.digest, event="watched")
@@ -382,23 +432,14 @@ class Deliveries:
         await asyncio.to_thread(st.store.demote, mc.name, cur.digest, reason, True,
                                 mc.source.url)
         kind = "automatic" if automatic else "operator"
-        st.metrics.model_updates.labels(mc.name, "rolled_back",
-                                        reason.split(":", 1)[0] if automatic else kind).inc()
         log.warning("delivery: model %s rolled back from %s to %s (%s): %s; %s is never "
                     "taken again from %s", mc.name, cur.name, label, kind, reason,
                     cur.name, mc.source.url)
+        st.board.rolled_back(mc.name, cur.name, cur.digest, reason, kind, automatic)
         if fb is not None and target is not mc:
             self._served(mc.name, fb, _manifest(fb), "restored")
         else:
-            self._entry(mc.name, version=None, digest=None, stage="serving its configured "
-                        "variants")
-            for labels in list(st.metrics.model_version._metrics):
-                if labels[0] == mc.name:
-                    st.metrics.model_version.remove(*labels)
-        self._history(mc.name, version=cur.name, digest=cur.digest, event="rolled back",
-                      reason=reason[:200], by=kind)
-        self._entry(mc.name, last_rollback={"version": cur.name, "reason": reason,
-                                            "by": kind, "at": round(time.time(), 1)})
+            st.board.unserved(mc.name, "serving its configured variants")
         return self.entries[mc.name]
 
     async def promote(self, name: str, version: str) -> dict[str, Any]:
@@ -451,45 +492,28 @@ class Deliveries:
             await cand.close()
             raise
 
-    # -- what an operator sees ----------------------------------------------------------
+    # -- what an operator sees (``edged.delivery.board``, shared with Frigate's road) ------
+    @property
+    def entries(self) -> dict[str, dict[str, Any]]:
+        return self.state.board.entries
+
     def _entry(self, name: str, **fields: Any) -> None:
-        e = self.entries.setdefault(name, {"history": []})
-        e.update(fields, at=round(time.time(), 1))
+        self.state.board.entry(name, **fields)
 
     def _history(self, name: str, **event: Any) -> None:
-        e = self.entries.setdefault(name, {"history": []})
-        e["history"] = [*e["history"], {"at": round(time.time(), 1), **event}][-20:]
+        self.state.board.history(name, **event)
 
     def _served(self, name: str, v: Version, manifest: Manifest, how: str) -> None:
-        st = self.state
-        mc = st.config.model(name)
-        for labels in list(st.metrics.model_version._metrics):
-            if labels[0] == name:
-                st.metrics.model_version.remove(*labels)
-        st.metrics.model_version.labels(name, manifest.version, v.digest).set(1)
-        e = self.entries.setdefault(name, {"history": []})
-        e["history"] = [*e["history"], {"at": round(time.time(), 1), "version":
-                                        manifest.version, "digest": v.digest, "event": how}][-20:]
-        self._entry(name, version=manifest.version, digest=v.digest,
-                    source=mc.source.url if mc and mc.source else v.meta.get("source"),
-                    stage="serving", candidate=None, progress=None)
+        mc = self.state.config.model(name)
+        self.state.board.served(name, manifest.version, v.digest,
+                                mc.source.url if mc and mc.source else v.meta.get("source"),
+                                how)
 
     def _refused(self, name: str, e: Refused) -> None:
-        st = self.state
         log.error("delivery: model %s: version refused at %s (%s): %s", name, e.stage,
                   e.reason, e)
-        st.metrics.model_updates.labels(name, "refused", e.reason).inc()
-        entry = self.entries.setdefault(name, {"history": []})
-        entry["history"] = [*entry["history"], {"at": round(time.time(), 1), "event":
-                                                "refused", "stage": e.stage,
-                                                "reason": e.reason}][-20:]
-        self._entry(name, stage="serving" if st.registry.find(name) else "waiting",
-                    candidate=None, progress=None,
-                    last_refusal={"stage": e.stage, "reason": e.reason, "message": str(e),
-                                  "at": round(time.time(), 1)})
-
-    def status(self) -> dict[str, Any]:
-        return {name: dict(e) for name, e in self.entries.items()}
+        self.state.board.refused(name, e.stage, e.reason, str(e),
+                                 self.state.registry.find(name) is not None)
 
 
 def _manifest(v: Version) -> Manifest:

@@ -64,7 +64,7 @@ class Server:
         self.deliveries = Deliveries(state)
         self.reloader.resolve = self.deliveries.current_config
         self.deliveries.adopt = self.governing.adopt
-        self.health.sections.append(lambda: {"delivery": self.deliveries.status()})
+        self.health.sections.append(lambda: {"delivery": state.board.status()})
         self.control = Control(state, self.health, self.governing, self.reload,
                                lambda mc: self._load([mc], startup=False), self.deliveries)
         self._stop = asyncio.Event()
@@ -106,6 +106,7 @@ class Server:
             # What start-up did not take (may still be opening) is closed off READY's path.
             loop.run_in_executor(None, discard_preopened)
         self._tasks.append(loop.create_task(self.health.watchdog_loop(), name="watchdog"))
+        await self.deliveries.resume_watches()
         self._tasks.append(loop.create_task(self.deliveries.loop(), name="delivery"))
         st.ready = True
         st.phase = "serving"

@@ -1,7 +1,8 @@
 """Real parts for delivery tests: an OCI registry (Debian's ``docker-registry``, the CNCF
 distribution registry) on loopback, a web server that honours ``Range`` (and can cut a
-file short once, as a dropped connection does), EC key pairs, and what ``edged compile``
-writes for the shipped digits model, ready for ``edged publish``.
+file short once, as a dropped connection does), EC key pairs, a small PKI (a root, an
+intermediate and publisher certificates, made with ``cryptography``), and what ``edged
+compile`` writes for the shipped digits model, ready for ``edged publish``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -24,7 +25,8 @@ from edged.testing.delivery import NoRegistry, keypair
 from edged.testing.delivery import registry as _registry
 from support.paths import MODELS
 
-__all__ = ["compiled", "keypair", "registry", "slow_digits", "web_server"]
+__all__ = ["Pki", "compiled", "faulty_digits", "keypair", "registry", "slow_digits",
+           "web_server"]
 
 
 @contextlib.contextmanager
@@ -35,6 +37,63 @@ def registry(root: Path) -> Iterator[str]:
             yield host
     except NoRegistry as e:
         pytest.skip(str(e))
+
+
+class Pki:
+    """A fleet's CA as a publisher meets it: ``root`` (self-signed, on every device) signs
+    ``intermediate``, which signs the publisher's ``leaf`` (KeyUsage digitalSignature, as
+    model-signing requires of a signing certificate); ``stranger`` is another root with a
+    leaf of its own, and ``no_usage`` a leaf of ``intermediate`` that allows no signing.
+    Each certificate is ``NAME.crt`` and each key ``NAME.key`` (PEM) in ``folder``."""
+
+    def __init__(self, folder: Path) -> None:
+        import datetime
+
+        self.folder = folder
+        self._now = datetime.datetime.now(datetime.UTC)
+        root = self._cert("root", None, ca=True)
+        inter = self._cert("intermediate", root, ca=True)
+        self._cert("leaf", inter, usage=True)
+        self._cert("no_usage", inter, usage=False)
+        stranger = self._cert("stranger", None, ca=True)
+        self._cert("stranger_leaf", stranger, usage=True)
+
+    def crt(self, name: str) -> Path:
+        return self.folder / f"{name}.crt"
+
+    def key(self, name: str) -> Path:
+        return self.folder / f"{name}.key"
+
+    def _cert(self, name: str, issuer: tuple[Any, Any] | None, ca: bool = False,
+              usage: bool = False) -> tuple[Any, Any]:
+        import datetime
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives import serialization as s
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"edged test {name}")])
+        ikey, icert = issuer if issuer is not None else (key, None)
+        b = (x509.CertificateBuilder().subject_name(subject)
+             .issuer_name(icert.subject if icert is not None else subject)
+             .public_key(key.public_key()).serial_number(x509.random_serial_number())
+             .not_valid_before(self._now - datetime.timedelta(days=1))
+             .not_valid_after(self._now + datetime.timedelta(days=30)))
+        if ca:
+            b = b.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            b = b.add_extension(x509.KeyUsage(False, False, False, False, False, True, True,
+                                              False, False), critical=True)
+        elif usage:
+            b = b.add_extension(x509.KeyUsage(True, False, False, False, False, False, False,
+                                              False, False), critical=True)
+        cert = b.sign(ikey, hashes.SHA256())
+        self.key(name).write_bytes(key.private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8,
+                                                     s.NoEncryption()))
+        self.crt(name).write_bytes(cert.public_bytes(s.Encoding.PEM))
+        return key, cert
 
 
 def compiled(folder: Path, top: str = "cnn-fp32", flip_labels: float = 0.0,
@@ -152,6 +211,34 @@ def slow_digits(path: Path, trips: int = 15000) -> Path:
         helper.make_node("Loop", ["slow_trips", "slow_cond", "slow_h0"], ["slow_h"], body=body),
         helper.make_node("Mul", ["slow_h", "slow_zero"], ["slow_z"]),
         helper.make_node("Add", [f"{out}__raw", "slow_z"], [out])])
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    return path
+
+
+def faulty_digits(path: Path) -> Path:
+    """The digits CNN with the same answers on every input its validation set and golden
+    file hold (pixels scaled to 0..1), failing (an ONNX Runtime error: a Gather index out
+    of bounds) on a tensor with a value of 2 or more, which the version before it
+    computes: a version that passes its gate and fails live requests its checks lacked."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    m = onnx.load(str(MODELS / "cnn-fp32.onnx"))
+    g = m.graph
+    out = g.output[0].name
+    inp = g.input[0].name
+    for node in g.node:
+        node.output[:] = [f"{out}__raw" if o == out else o for o in node.output]
+    g.initializer.extend([numpy_helper.from_array(np.zeros(2, np.float32), "fault_table"),
+                          numpy_helper.from_array(np.array(0.0, np.float32), "fault_zero")])
+    g.node.extend([
+        helper.make_node("ReduceMax", [inp], ["fault_max"], keepdims=0),
+        helper.make_node("Floor", ["fault_max"], ["fault_floor"]),
+        helper.make_node("Cast", ["fault_floor"], ["fault_index"], to=onnx.TensorProto.INT64),
+        helper.make_node("Gather", ["fault_table", "fault_index"], ["fault_value"]),
+        helper.make_node("Mul", ["fault_value", "fault_zero"], ["fault_z"]),
+        helper.make_node("Add", [f"{out}__raw", "fault_z"], [out])])
     onnx.checker.check_model(m)
     onnx.save(m, str(path))
     return path

@@ -8,6 +8,18 @@ configured ones, switches to a new one only when the bytes changed, serves the s
 again after a restart, and keeps the frames Frigate sent for its INT8 rung
 (``frigate_rungs``). One lock per endpoint: two Frigate detectors sending the same model at
 once store and load it once.
+
+A sent model takes the road of a delivered version (docs/delivery.md) where a stage
+applies, and ``edged status`` shows it the same way (``edged.delivery.board``: the
+``delivery`` entry of ``frigate@ENDPOINT``, its stage, the last refusal and rollback):
+*downloading* is the transfer (its size, the client's pace, the store's quota), *gating* its
+contract (the graph against its ``model_type``'s layout, its class ids against Frigate's
+labelmap) and its load, *shadowing* when the model it replaces is computing frames another
+client sends with the same tensors, *promoting* the registry switch, *watching* the
+window after it (the last two: ``edged.protocols.frigate.rollout``), and its rungs are built
+from the frames it is then sent. No accuracy gate: Frigate sends no labelled set. Usually
+no shadow: Frigate sends its model in a detector's start-up handshake, before its frames,
+so the model it replaces gets none meanwhile; the entry says why it was skipped.
 """
 
 from __future__ import annotations
@@ -24,12 +36,10 @@ import numpy as np
 
 from edged.config.frigate import FrigateConfig
 from edged.config.layouts import normalize_type
-from edged.config.rollout import RolloutConfig
 from edged.delivery.pace import OncePerMinute, Pace, peer_key
-from edged.delivery.rung_builds import RungBuilds
+from edged.delivery.rung_launcher import RungLauncher
 from edged.delivery.rungs import FrameRing, built, drop_rungs, with_rungs
 from edged.delivery.store import StoreFull, VersionStore, default_state_dir, open_store
-from edged.delivery.watch import judge, read, window
 from edged.errors import EdgedError, InvalidArgument, Unavailable
 from edged.model.contract import Prepared
 from edged.model.model import Model
@@ -40,6 +50,7 @@ from edged.protocols.frigate.model_check import (
     labelmap_fit,
     model_config,
 )
+from edged.protocols.frigate.rollout import shadow_transfer, watch_transfer, watching
 from edged.protocols.frigate.store import FrigateModels, StoredModel, atomic_write
 from edged.protocols.frigate.wire import FrigateRequest, data_answer, request_answer
 from edged.protocols.serving import Serving
@@ -94,7 +105,7 @@ def log_once(logged: set[str], address: str, name: str, what: str) -> None:
 class SentModels:
     def __init__(self, state: Serving) -> None:
         self.state = state
-        self.rungs = RungBuilds()
+        self.rungs = RungLauncher()
 
     @property
     def store(self) -> VersionStore:
@@ -142,14 +153,16 @@ class SentModels:
         Bounded three ways before a byte is parsed: the file's size (``max_model_bytes``),
         the client's pace (``transfers_per_minute`` new files a minute; the same bytes
         again, as a second detector sends them at start-up, are never counted) and the
-        store's quota (``[server] max_store_bytes``)."""
+        store's quota (``[server] max_store_bytes``). Every refusal is the answer's
+        ``message`` and the model's last refusal in ``edged status``."""
         refused = self.transfer_refused(e)
         if refused:
             return data_answer(name, False, False, refused)
         size, limit = len(data), e.cfg.max_model_bytes
         if size > limit:
-            return data_answer(name, False, False, f"the model file is {size} bytes; this "
-                               f"endpoint takes at most {limit} (max_model_bytes)")
+            return self._refuse(e, name, "downloading", "too_large", (
+                f"the model file is {size} bytes; this endpoint takes at most {limit} "
+                "(max_model_bytes)"))
         blob = memoryview(data).tobytes()
         sha = await asyncio.to_thread(lambda: hashlib.sha256(blob).hexdigest())
         client = peer_key(peer)
@@ -158,8 +171,9 @@ class SentModels:
             never = await asyncio.to_thread(models.never_again, sha)
             if never:
                 self._count(e, "refused_rolled_back")
-                return data_answer(name, False, False, f"edged refused {name!r}: these bytes "
-                                   f"were rolled back here ({never}); send a fixed model")
+                return self._refuse(e, name, "verifying", "rolled_back", (
+                    f"edged refused {name!r}: these bytes were rolled back here ({never}); "
+                    "send a fixed model"))
             known = await asyncio.to_thread(models.by_digest, sha)
             if known is not None:  # the same bytes (maybe under another name): no new file
                 self._count(e, "same")
@@ -167,39 +181,57 @@ class SentModels:
             else:
                 why = self._bounded(e, models, client, name, sha, size)
                 if why:
-                    return data_answer(name, False, False, why)
+                    return self._refuse(e, name, "downloading", *why)
+                self.state.board.entry(e.cfg.model, stage="gating", candidate=name,
+                                       progress=f"{name} ({sha[:12]}): the graph against "
+                                       "its model_type's layout, its class ids against "
+                                       "Frigate's labelmap")
                 try:
                     checked = await asyncio.to_thread(check_model, blob, e.cfg.model_type)
                     why_ids, ids_note = labelmap_fit(checked, dict(e.cfg.class_map))
-                    if why_ids:
-                        raise ModelRefused(why_ids)
-                    e.ids_note = ids_note
+                    reason = "labelmap"
                 except ModelRefused as exc:
+                    why_ids, ids_note, reason = str(exc), "", "contract"
+                if not why_ids:
+                    e.ids_note = ids_note
+                else:
                     self._count(e, "refused_check")
                     if e.log_due(client, "check"):
                         log.warning("frigate %s: model %r from %s refused: %s", e.address,
-                                    name, client, exc)
-                    return data_answer(name, False, False, f"edged refused {name!r}: {exc}")
+                                    name, client, why_ids)
+                    return self._refuse(e, name, "gating", reason,
+                                        f"edged refused {name!r}: {why_ids}")
                 try:
                     stored = await asyncio.to_thread(models.put, name, blob, sha,
                                                      checked.model_type)
                 except StoreFull as exc:  # the store changed since the check above
-                    return data_answer(name, False, False, self._full(e, client, name, exc))
+                    return self._refuse(e, name, "downloading", f"store_{exc.reason}",
+                                        self._full(e, client, name, exc))
                 self._count(e, "stored")
                 log.info("frigate %s: stored model %r (%s, %d bytes, sha256 %s)", e.address,
                          name, checked.model_type, size, stored.sha256[:12])
             before = e.served.stored.sha256 if e.served is not None else None
-            err = await self._serve(e, stored)
+            err = await self._serve(e, stored, "promoted")
             if err is None and before not in (None, stored.sha256):
                 # a new model replaced one that served: watched, as every delivered version
+                watching(self.state, e.cfg.model, stored.name)
                 self.state.spawn(self._watch(e, stored))
         if err:
             return data_answer(name, True, False, err)
         return self._ready(e, name, data_answer, True)
 
+    def _refuse(self, e: SentEndpoint, name: str, stage: str, reason: str,
+                message: str) -> dict[str, Any]:
+        """The transfer's answer, refused; said in ``edged status`` as a delivered
+        version's refusal is (the caller logs it, once a minute per client)."""
+        self.state.board.refused(e.cfg.model, stage, reason, message,
+                                 self.state.registry.find(e.cfg.model) is not None)
+        return data_answer(name, False, False, message)
+
     def _bounded(self, e: SentEndpoint, models: FrigateModels, client: str, name: str,
-                 sha: str, size: int) -> str | None:
-        """Why a new file from ``client`` is refused now (the pace, the store), or None."""
+                 sha: str, size: int) -> tuple[str, str] | None:
+        """Why a new file from ``client`` is refused now (the pace, the store), as
+        (reason, message), or None."""
         assert e.pace is not None
         wait = e.pace.take(client)
         if wait is not None:
@@ -209,13 +241,13 @@ class SentModels:
                 log.warning("frigate %s: %s sends more than %d new model files a minute; "
                             "refusing them for %.0f s (transfers_per_minute; logged once a "
                             "minute)", e.address, client, n, wait)
-            return (f"edged refused {name!r}: this client sent {n} new model files in the "
-                    f"last minute, the most this endpoint takes (transfers_per_minute = {n}); "
-                    f"send it again in {wait:.0f} s")
+            return "pace", (f"edged refused {name!r}: this client sent {n} new model files "
+                            f"in the last minute, the most this endpoint takes "
+                            f"(transfers_per_minute = {n}); send it again in {wait:.0f} s")
         try:
             models.admit(sha, size)
         except StoreFull as exc:
-            return self._full(e, client, name, exc)
+            return f"store_{exc.reason}", self._full(e, client, name, exc)
         return None
 
     def _full(self, e: SentEndpoint, client: str, name: str, exc: StoreFull) -> str:
@@ -260,23 +292,39 @@ class SentModels:
             if e.served is None and await self._serve(e, stored) is None:
                 log.info("frigate %s: serving stored model %r again", e.address, stored.name)
 
-    async def _serve(self, e: SentEndpoint, stored: StoredModel) -> str | None:
+    async def _serve(self, e: SentEndpoint, stored: StoredModel,
+                     how: str = "restored") -> str | None:
         """Serve ``stored`` on the endpoint (no reload for the same bytes); None, or why not."""
         if (e.served is not None and e.served.stored.sha256 == stored.sha256
                 and self._serving(e, e.served.stored.name)):
             e.served.stored = stored  # the same bytes under a new name
             await asyncio.to_thread(self.models(e).served, stored)
             return None
-        return await self._switch(e, stored)
+        return await self._switch(e, stored, how)
 
-    async def _switch(self, e: SentEndpoint, stored: StoredModel) -> str | None:
-        """Load ``stored`` (with its INT8 rung if it has an accepted one) and switch."""
+    async def _switch(self, e: SentEndpoint, stored: StoredModel, how: str) -> str | None:
+        """Load ``stored`` (with its rungs if it has accepted ones) and switch. ``how``:
+        ``promoted`` (a transfer: gated by its load, shadowed by the model it replaces
+        when it can be), ``restored`` (served again: at start, after a rollback), or a
+        change of the same version (``retyped``, ``served with its rungs``)."""
+        board, name = self.state.board, e.cfg.model
         try:
             model, model_type, path, fits = await self._load(e, stored)
         except (ModelRefused, EdgedError, OSError) as exc:
             log.error("frigate %s: model %r failed to load: %s", e.address, stored.name, exc)
-            return f"edged stored {stored.name!r} but could not load it: {exc}"
-        for m in self.state.registry.replace({e.cfg.model: model}, []):
+            msg = f"edged stored {stored.name!r} but could not load it: {exc}"
+            if how == "promoted":
+                board.refused(name, "gating", "load", msg,
+                              self.state.registry.find(name) is not None)
+            return msg
+        if how == "promoted":
+            why = await shadow_transfer(self.state, e.address, name, stored.name,
+                                        self.state.registry.find(name), model)
+            if why is not None:
+                await model.close()
+                return why
+            board.entry(name, stage="promoting", progress=stored.name)
+        for m in self.state.registry.replace({name: model}, []):
             self.state.spawn(_retire(m))
         done = await asyncio.to_thread(built, path)  # rungs built before: no new build
         ring = FrameRing(e.cfg.int8_frames) if e.cfg.int8_rung and not done else None
@@ -284,6 +332,13 @@ class SentModels:
         if done:
             await asyncio.to_thread(self.rungs.restored, e.address, path, model.variant_names)
         await asyncio.to_thread(self.models(e).served, stored)
+        if how in ("promoted", "restored"):
+            board.served(name, stored.name, stored.sha256, f"frigate {e.address}", how,
+                         fleet=False)
+        else:
+            board.history(name, version=stored.name, digest=stored.sha256, event=how)
+        if how == "promoted":
+            board.promoted(name, "frigate")
         return None
 
     async def _load(self, e: SentEndpoint, stored: StoredModel
@@ -325,7 +380,7 @@ class SentModels:
                 return
             stored = replace(e.served.stored, model_type=model_type)
             await asyncio.to_thread(self.models(e).retype, stored, model_type)
-            err = await self._switch(e, stored)
+            err = await self._switch(e, stored, "retyped")
         if err:
             log.error("frigate %s: could not serve %r as %s: %s", e.address, stored.name,
                       model_type, err)
@@ -352,7 +407,7 @@ class SentModels:
                     s.ring = None
                     self.rungs.status(e.address, variants=m.variant_names)
                     return None
-            return await self._switch(e, s.stored)
+            return await self._switch(e, s.stored, "served with its rungs")
 
     def _rungs_fit(self, e: SentEndpoint, s: _Served) -> str | None:
         """Count the rungs' bytes in the store (evicting older versions for them); when
@@ -369,22 +424,14 @@ class SentModels:
         return why
 
     async def _watch(self, e: SentEndpoint, stored: StoredModel) -> None:
-        """The watch window of ``edged.delivery.watch`` after a new model replaced one:
-        errors or deadline misses above ``[models.rollout]``'s defaults roll it back to the
-        model it replaced, which is never served again here."""
-        cfg = RolloutConfig()
-        metrics, name = self.state.metrics, e.cfg.model
-        start = read(metrics, name)
-        end = start.at + cfg.watch_s
-        while True:
-            await asyncio.sleep(1.0)
-            if e.served is None or e.served.stored.sha256 != stored.sha256:
-                return  # replaced meanwhile: its own watch decides
-            why = judge(window(start, read(metrics, name)), None, cfg)
-            if why is not None:
-                break
-            if read(metrics, name).at >= end:
-                return
+        """The watch window after a new model replaced one (``rollout.watch_transfer``
+        decides); on a regression the model it replaced serves again, and the regressed
+        bytes are never served here again."""
+        name, board = e.cfg.model, self.state.board
+        why = await watch_transfer(self.state, name, stored.name, stored.sha256, lambda: (
+            e.served is not None and e.served.stored.sha256 == stored.sha256))
+        if why is None:
+            return
         async with e.lock:
             models = self.models(e)
             fb = await asyncio.to_thread(models.fallback)
@@ -393,9 +440,10 @@ class SentModels:
             log.error("frigate %s: model %r regressed in its watch window: %s; serving %r "
                       "again (the regressed model is never served here again)", e.address,
                       stored.name, why, fb.name)
-            err = await self._switch(e, fb)
+            board.entry(name, stage="rolling back", progress=f"to {fb.name}: {why}"[:200])
+            board.rolled_back(name, stored.name, stored.sha256, why, "automatic", True)
+            err = await self._switch(e, fb, "restored")
             await asyncio.to_thread(models.rolled_back, stored, why)
-        metrics.model_updates.labels(name, "rolled_back", why.split(":", 1)[0]).inc()
         if err:
             log.error("frigate %s: rolling back to %r failed: %s", e.address, fb.name, err)
 
@@ -443,12 +491,21 @@ class SentModels:
         sent.ring.add(next(iter(feeds.values())))
         if sent.ring.full:
             sent.rung_started = True
-            ring = sent.ring
-            self.state.spawn(self.rungs.build(
-                e.address, f"frigate {e.address}", sent.path,
-                ["edged.protocols.frigate.build_rungs", "--model-type", sent.model_type,
-                 "--color", e.cfg.input_pixel_format], ring.save, len(ring),
-                "frames Frigate sent", lambda: self._offer_rung(e)))
+            self.state.spawn(self._build_rungs(e, sent, sent.ring))
+
+    async def _build_rungs(self, e: SentEndpoint, sent: _Served, ring: FrameRing) -> None:
+        """The rung build (``edged.delivery.rung_launcher``); its outcome is also the
+        model's ``rungs`` in ``edged status``'s ``delivery``, as a delivered version's."""
+        board = self.state.board
+        board.entry(e.cfg.model, rungs={"state": "building", "progress": f"{len(ring)} "
+                                        "frames Frigate sent"})
+        entry = await self.rungs.build(
+            e.address, f"frigate {e.address}", sent.path,
+            ["edged.protocols.frigate.rung_child", "--model-type", sent.model_type,
+             "--color", e.cfg.input_pixel_format], ring.save, len(ring),
+            "frames Frigate sent", lambda: self._offer_rung(e))
+        board.entry(e.cfg.model, rungs={k: entry.get(k) for k in ("state", "ladder",
+                                                                  "progress", "build_s")})
 
 
 async def _retire(m: Model) -> None:

@@ -1,4 +1,4 @@
-"""The rung build of a model Frigate sent: ``edged.delivery.build_rungs`` with the reference
+"""The rung build of a model Frigate sent: ``edged.delivery.rung_child`` with the reference
 made from the graph and the ``model_type`` it was sent as.
 
 Why a module here: only Frigate's road knows how a sent graph becomes a served model
@@ -11,12 +11,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from edged.delivery.build_rungs import child_parser, run_child
+from edged.delivery.rung_child import child_parser, run_child
 from edged.protocols.frigate.model_check import check_model, model_config
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edged.protocols.frigate.build_rungs SRC FRAMES.npz`` (the daemon runs
+    """``python -m edged.protocols.frigate.rung_child SRC FRAMES.npz`` (the daemon runs
     it); progress on stdout, the record as the last line (JSON) and in
     ``<sha>.ladder.json``."""
     ap = child_parser(main.__doc__)

@@ -1,6 +1,6 @@
-"""Builds a model's rungs in the background, and reports on them.
+"""Starts a model's rung build in the background (the daemon's side), and reports on it.
 
-Why apart from the build: the build is a child process (``edged.delivery.build_rungs``: an
+Why apart from the build: the build is a child process (``edged.delivery.rung_child``: an
 ONNX Runtime INT8 rung, and with OpenVINO installed its FP32 and INT8 rungs) at the lowest
 priority on one core; this module starts it (for a model Frigate sent, once its endpoint's
 ring holds enough frames; for a delivered version whose ladder has no rung below its top,
@@ -74,7 +74,7 @@ def outcome(record: dict[str, Any], variants: list[str] | None = None) -> dict[s
     return entry
 
 
-class RungBuilds:
+class RungLauncher:
     def __init__(self) -> None:
         #: each key's (an endpoint's, a model's) rung build as ``edged status`` shows it
         self.entries: dict[str, dict[str, Any]] = {}

@@ -1,11 +1,12 @@
-"""Builds a model's missing rungs on the device, checks and times them, orders the ladder.
+"""The rung build's child process: builds a model's missing rungs on the device, checks and
+times them, orders the ladder.
 
 Why a process of its own: quantizing is minutes of CPU, so it runs as a child at the lowest
-priority on one core (``edged.delivery.rung_builds`` in the daemon starts it and reads its
+priority on one core (``edged.delivery.rung_launcher`` in the daemon starts it and reads its
 progress lines), never in the serving process. Two roads start it, with the same build:
-a model Frigate sent (``python -m edged.protocols.frigate.build_rungs``: its reference is
+a model Frigate sent (``python -m edged.protocols.frigate.rung_child``: its reference is
 made from the graph and its ``model_type``) and a delivered version whose ladder has no rung
-below its top (``python -m edged.delivery.build_rungs``: its reference is the version's own
+below its top (``python -m edged.delivery.rung_child``: its reference is the version's own
 top variant, as the model's config table reads it).
 
 What it does, for each rung of ``edged.delivery.rungs.RUNGS``: the ``int8`` rung is ONNX
@@ -332,7 +333,7 @@ def child_parser(doc: str | None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edged.delivery.build_rungs SRC FRAMES.npz --config FILE --model NAME``:
+    """``python -m edged.delivery.rung_child SRC FRAMES.npz --config FILE --model NAME``:
     the rungs of a delivered version's top variant ``SRC`` (in its version folder), its
     reference read from the model's table in the daemon's config."""
     ap = child_parser(main.__doc__)
