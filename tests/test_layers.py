@@ -43,13 +43,6 @@ def test_every_detector_layout_has_one_decoder() -> None:
     assert {t.layout for t in FRIGATE_TYPES.values()} <= set(LAYOUTS)
 
 
-#: loggers still named apart from where they live, in files other branches own today
-#: (delivery); they leave this list when renamed
-LOGGERS_NOT_YET_RENAMED = {
-    "edged/delivery/rung_builds.py": "edged.rungs",
-    "edged/delivery/store.py": "edged.store",
-    "edged/server/delivery.py": "edged.delivery",
-}
 
 
 def test_every_logger_is_named_after_its_package_or_module() -> None:
@@ -66,6 +59,6 @@ def test_every_logger_is_named_after_its_package_or_module() -> None:
                 continue  # the level of every edged logger, set once
             dotted = name.split(".")
             ok = len(dotted) >= 2 and where[: len(dotted)] == dotted
-            if not ok and LOGGERS_NOT_YET_RENAMED.get(rel) != name:
+            if not ok:
                 wrong.append(f"{rel}: {name}")
     assert not wrong, wrong

@@ -26,7 +26,7 @@ from typing import Any
 
 from edged.delivery.rungs import TOP, ladder_path, lowest_priority_one_core
 
-log = logging.getLogger("edged.rungs")
+log = logging.getLogger("edged.delivery")
 
 
 def _child_env() -> dict[str, str]:

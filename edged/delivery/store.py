@@ -49,7 +49,7 @@ from typing import Any
 
 from edged.errors import ResourceExhausted
 
-log = logging.getLogger("edged.store")
+log = logging.getLogger("edged.delivery")
 
 FORMAT = 1
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")

@@ -69,7 +69,7 @@ from edged.model.model import Model
 from edged.preprocess.preprocessor import Preprocessor
 from edged.server.state import ServerState
 
-log = logging.getLogger("edged.delivery")
+log = logging.getLogger("edged.server.delivery")
 
 #: the first look at a source after start (the daemon is READY first)
 FIRST_POLL_S = 1.0
