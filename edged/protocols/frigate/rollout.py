@@ -24,7 +24,7 @@ from edged.delivery.watch import judge, read, window
 from edged.model.model import Model
 from edged.protocols.serving import Serving
 
-log = logging.getLogger("edged.frigate")
+log = logging.getLogger("edged.protocols.frigate")
 
 #: the most of Frigate's 30 s wait for its transfer's answer a shadow may take
 SHADOW_S = 5.0
