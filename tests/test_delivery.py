@@ -1,4 +1,4 @@
-"""Model delivery with real parts (issue 30, edged/delivery/, edged/server/delivery.py): a
+"""Model delivery with real parts (issue 30, edged/delivery/, edged/server/delivery/): a
 version published once with ``edged publish`` (signed with a key pair made here, offline,
 or with a publisher's certificate of a CA made here) reaches a running daemon from a real
 OCI registry (Debian's ``docker-registry``, started by the test), from a folder and from a

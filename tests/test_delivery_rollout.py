@@ -1,4 +1,4 @@
-"""After the gate (issue 30, edged/server/delivery.py and watch.py): the watch window rolls
+"""After the gate (issue 30, edged/server/delivery/ and watch.py): the watch window rolls
 a regressing version back by itself, an operator promotes and rolls back by hand, a
 rolled-back version is never taken again from its source, and a daemon killed at any stage
 restarts serving one whole version (killed while watching: the new one, watched again).

@@ -1,7 +1,7 @@
-"""The one model store's bounds (issue 32, edged/delivery/store.py and pace.py): at most K
-versions per model and a total quota, oldest unserved evicted first, never what serves or
-its fallback; a transfer over the quota refused with its message; the per-client pace of
-Frigate transfers; a restart that finds a consistent index.
+"""The one model store's bounds (issue 32, edged/delivery/store.py, store_bounds.py and
+pace.py): at most K versions per model and a total quota, oldest unserved evicted first,
+never what serves or its fallback; a transfer over the quota refused with its message; the
+per-client pace of Frigate transfers; a restart that finds a consistent index.
 
 The daemon tests speak Frigate's real transfer protocol (``edged.testing.frigate_plugin``,
 and plain REQ sockets for a flood); the models are small graphs of Frigate's layouts made
@@ -25,7 +25,8 @@ from support import frigate_graphs as fg
 from support.daemons import Daemon, free_port, metric, metrics
 
 from edged.delivery.pace import OncePerMinute, Pace, peer_key
-from edged.delivery.store import StoreFull, VersionStore
+from edged.delivery.store import VersionStore
+from edged.delivery.store_bounds import StoreFull
 from edged.testing.frigate_plugin import FrigateDetector
 
 onnx = pytest.importorskip("onnx", reason="model transfer checks graphs with onnx")

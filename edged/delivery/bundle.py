@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edged.delivery.store import atomic_write
+from edged.delivery.atomic import atomic_write
 from edged.delivery.trust import SIGNATURE
 
 MANIFEST = "manifest.json"

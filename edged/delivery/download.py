@@ -29,9 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edged.delivery.atomic import atomic_write
 from edged.delivery.bundle import MANIFEST, BundleRefused, Manifest, read_manifest
 from edged.delivery.sources import Ref, Source, SourceError
-from edged.delivery.store import StoreFull, Version, VersionStore, atomic_write
+from edged.delivery.store import Version, VersionStore
+from edged.delivery.store_bounds import StoreFull
 from edged.delivery.trust import MAX_SIGNATURE_BYTES, SIGNATURE, Signed, Trust, TrustRefused
 
 log = logging.getLogger("edged.delivery")

@@ -41,6 +41,7 @@ from edged.backends.base import run_batch
 from edged.compile.bench import measure
 from edged.compile.ladder import MIN_SPEEDUP, passes, plan, speedup
 from edged.compile.openvino_steps import save_ir
+from edged.delivery.atomic import atomic_write
 from edged.delivery.rungs import (
     CALIBRATION_SHARE,
     RUNGS,
@@ -52,7 +53,6 @@ from edged.delivery.rungs import (
     record_path,
     variant,
 )
-from edged.delivery.store import atomic_write
 from edged.model.detect_head import build_postprocessor
 from edged.model.open import open_variant
 from edged.preprocess.preprocessor import Preprocessor

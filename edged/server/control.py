@@ -47,7 +47,7 @@ class Control:
         self.governing = governing
         self._reload = reload
         self._load = load
-        self.deliveries = deliveries  # edged.server.delivery.Deliveries
+        self.deliveries = deliveries  # edged.server.delivery.deliveries.Deliveries
         self.ops: dict[str, Handler] = {
             "status": self._status, "models": self._models, "reload": self._reload_op,
             "load": self._load_op, "unload": self._unload, "level": self._level,

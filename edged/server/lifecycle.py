@@ -34,7 +34,7 @@ from edged.protocols.kserve.offload import OffloadRoom
 from edged.protocols.kserve.room import KServeRoom
 from edged.protocols.native.room import NativeRoom
 from edged.server.control import Control
-from edged.server.delivery import Deliveries
+from edged.server.delivery.deliveries import Deliveries
 from edged.server.governing import Governing
 from edged.server.health import Health
 from edged.server.reload import Reloader

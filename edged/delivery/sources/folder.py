@@ -14,9 +14,9 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from edged.delivery.atomic import atomic_write
 from edged.delivery.bundle import check_label
 from edged.delivery.sources import INDEX, INDEX_FORMAT, MAX_INDEX_BYTES, Ref, SourceError, pick
-from edged.delivery.store import atomic_write
 
 CHUNK = 1 << 20
 

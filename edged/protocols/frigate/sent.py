@@ -39,7 +39,8 @@ from edged.config.layouts import normalize_type
 from edged.delivery.pace import OncePerMinute, Pace, peer_key
 from edged.delivery.rung_launcher import RungLauncher
 from edged.delivery.rungs import FrameRing, built, drop_rungs, with_rungs
-from edged.delivery.store import StoreFull, VersionStore, default_state_dir, open_store
+from edged.delivery.store import VersionStore, default_state_dir, open_store
+from edged.delivery.store_bounds import StoreFull
 from edged.errors import EdgedError, InvalidArgument, Unavailable
 from edged.model.contract import Prepared
 from edged.model.model import Model

@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from edged.delivery.store import Version, VersionStore, atomic_write, default_state_dir
+from edged.delivery.atomic import atomic_write
+from edged.delivery.store import Version, VersionStore, default_state_dir
 
 __all__ = ["FrigateModels", "StoredModel", "atomic_write", "check_name", "default_state_dir"]
 
