@@ -12,16 +12,19 @@ is closed on the model's worker thread *after* whatever batch it is computing, s
 request always finishes on the variant that took it and none fails because of a swap.
 When memory is too tight to hold both, the batcher is paused (requests keep
 queueing), the old variant is closed, the new one loaded, and batching resumes.
+
+What each of these is counted and logged as, and the last swap and refusal that status
+and a reload show, is ``variant_record.VariantRecord``'s to write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
+from dataclasses import replace
 from typing import Any
 
 import psutil
@@ -36,11 +39,9 @@ from edged.model.contract import InputContract
 from edged.model.heads import Head
 from edged.model.open import Loaded, check_candidate, open_with_head, with_reference
 from edged.model.standby import Standby
+from edged.model.variant_record import VariantRecord
 from edged.verify.compare import VerifyRefused
 from edged.verify.verifier import Opened, Reference, Verifier
-
-log = logging.getLogger("edged.model")
-
 
 #: the standby rung waits for check inputs (served ones) this often, this many times
 STANDBY_RETRY_S = 2.0
@@ -59,8 +60,7 @@ class LiveVariant:
                  batcher: Batcher, cap: BatchCap, worker: Executor,
                  headroom_bytes: int) -> None:
         self.cfg = cfg
-        self.name = cfg.name
-        self.metrics = metrics
+        self.record = VariantRecord(cfg.name, metrics)
         self.head = head
         self.verifier = verifier
         self.batcher = batcher  # paused, and waited idle, around a drain-then-swap
@@ -68,12 +68,9 @@ class LiveVariant:
         self.worker = worker  # the model's one worker thread: closes run after its batch
         self.headroom_bytes = headroom_bytes
         self.loaded: Loaded | None = None
-        #: the last pre-swap check that refused a variant, "VARIANT: why"
-        self.last_refusal: str | None = None
         self.state = "loading"  # loading -> ready | failed; unloaded after close
         self.error: str | None = None
         self.target: int | None = None  # the ladder index a swap is loading
-        self.last_swap: dict[str, Any] | None = None
         #: what the first variant promised clients; every later one must match it
         self.contract: InputContract | None = None
         self._lock = asyncio.Lock()
@@ -81,7 +78,6 @@ class LiveVariant:
         self.standby: Standby | None = None  # next rung held open for load steps
         self._want_standby()
         self._standby_job: Any = None
-        metrics.model_ready.labels(self.name).set(0)
 
     @property
     def checking(self) -> bool:
@@ -109,15 +105,22 @@ class LiveVariant:
             raise
         self._activate(loaded)
         self.state, self.error = "ready", None
-        self.metrics.model_ready.labels(self.name).set(1)
+        self.record.ready(True)
         self._prepare_rungs()
 
-    def add_rungs(self, cfg: ModelConfig) -> None:
-        """``cfg``'s ladder, this one with rungs below, without a reload (a second fp32
-        session beside the first cost answers under load): prepared as after a load."""
+    def add_rungs(self, cfg: ModelConfig) -> bool:
+        """Take ``cfg``'s ladder if it is this one with rungs below (else False), without a
+        reload (a second fp32 session beside the first cost answers under load): the
+        verifier takes it too, and it is prepared as after a load."""
+        old = self.cfg
+        if (self.state != "ready" or self.loaded is None
+                or replace(cfg, variants=cfg.variants[:len(old.variants)]) != old):
+            return False
         self.cfg = cfg
+        self.verifier.take_ladder(cfg)
         self._want_standby()
         self._prepare_rungs()
+        return True
 
     def _want_standby(self) -> None:
         if self.standby is None and self.cfg.overload.step_down and len(self.cfg.variants) > 1:
@@ -152,7 +155,7 @@ class LiveVariant:
                 tight = False
                 if held is not None:  # opened and checked already: a switch
                     self.loaded, self.cap.tuned = held, held.batch_cap
-                    self.metrics.set_active(self.name, v.name, v.backend, held.digest)
+                    self.record.active(v, held.digest)
                 else:
                     ref = await asyncio.to_thread(self._reference_for, index)
                     size = v.path.stat().st_size if v.path.exists() else 0
@@ -165,20 +168,12 @@ class LiveVariant:
                     self.worker.submit(cur.backend.close)  # on the worker, after its batch
             except Exception as e:
                 self._load_failed(v, e)
-                self.last_swap = {"to": v.name, "reason": reason, "ok": False,
-                                  "error": str(e), "at": time.time()}
+                self.record.swap_failed(v.name, reason, e)
                 return False
             finally:
                 self.target = None
-            ms = (time.perf_counter() - t0) * 1000
-            self.metrics.swaps.labels(self.name, cur.config.name, v.name,
-                                      _reason_label(reason)).inc()
-            self.last_swap = {"from": cur.config.name, "to": v.name, "reason": reason, "ok": True,
-                              "ms": round(ms, 1), "drained": tight, "standby": held is not None,
-                              "at": time.time()}
-            log.info("variant swap model=%s from=%s to=%s reason=%r drained=%s "
-                           "standby=%s swap_ms=%.0f", self.name, cur.config.name, v.name,
-                           reason, tight, held is not None, ms)
+            self.record.swapped(cur.config.name, v.name, reason,
+                                (time.perf_counter() - t0) * 1000, tight, held is not None)
             return True
 
     async def _prepare_standby(self) -> None:
@@ -202,7 +197,7 @@ class LiveVariant:
             self.standby.close()
         a, self.loaded = self.loaded, None
         self.state = "unloaded"
-        self.metrics.model_ready.labels(self.name).set(0)
+        self.record.ready(False)
         if a is not None:
             await asyncio.get_running_loop().run_in_executor(self.worker, a.backend.close)
 
@@ -228,7 +223,7 @@ class LiveVariant:
         try:
             return self.verifier.reference(index, check_spec(self.contract), self._with_reference)
         except VerifyRefused as e:
-            self._refused(self.cfg.variants[index].name, e)
+            self.record.refused(self.cfg.variants[index].name, e)
             raise
 
     def _with_reference(self, job: Callable[[Opened], Reference]) -> Reference:
@@ -245,29 +240,20 @@ class LiveVariant:
         if ref is None:  # the reference itself, or marked verify = false
             if index == self.verifier.reference_index:
                 return loaded
-            self.metrics.variant_checks.labels(self.name, v, "unverified").inc()
-            log.warning("unverified variant goes live model=%s variant=%s "
-                              "(verify = false)", self.name, v)
+            self.record.unverified(v)
             return loaded
         try:
             checked = self.verifier.check(loaded, ref)
         except Exception as e:
             loaded.backend.close()
             if isinstance(e, VerifyRefused):
-                self._refused(v, e)
+                self.record.refused(v, e)
             raise
-        self.metrics.variant_checks.labels(self.name, v, "ok").inc()
-        log.info("verify ok model=%s variant=%s %s", self.name, v, checked)
+        self.record.checked(v, checked)
         return loaded
 
     def _checked(self, index: int) -> Loaded:
         return self._open_checked(index, self._reference_for(index))
-
-    def _refused(self, variant: str, e: Exception) -> None:
-        self.last_refusal = f"{variant}: {e}"  # what a reload of a changed file reports
-        self.metrics.variant_checks.labels(self.name, variant, "refused").inc()
-        log.error("verify failed: variant refused model=%s variant=%s: %s", self.name,
-                        variant, e)
 
     async def _swap_drained(self, cur: Loaded, index: int, ref: Reference | None) -> None:
         self.batcher.pause()
@@ -288,21 +274,14 @@ class LiveVariant:
     def _activate(self, loaded: Loaded) -> None:
         self.loaded = loaded
         self.cap.tuned = loaded.batch_cap
-        self.metrics.model_loads.labels(self.name, loaded.config.name, "ok").inc()
-        self.metrics.model_load_duration.labels(self.name, loaded.config.name).set(loaded.load_s)
-        self.metrics.set_active(self.name, loaded.config.name, loaded.config.backend,
-                                loaded.digest)
-        log.info("model loaded model=%s variant=%s backend=%s device=%s load_ms=%.0f",
-                       self.name, loaded.config.name, loaded.config.backend,
-                       loaded.backend.info.device, loaded.load_s * 1000)
+        self.record.loaded(loaded)
 
     def _load_failed(self, v: VariantConfig, e: Exception) -> None:
-        self.metrics.model_loads.labels(self.name, v.name, "error").inc()
         msg = str(e) if isinstance(e, EdgedError) else f"{type(e).__name__}: {e}"
         if self.loaded is None:
             self.state = "failed"
             self.error = msg
-        log.error("load failed model=%s variant=%s error=%s", self.name, v.name, msg)
+        self.record.load_failed(v.name, msg)
 
 
 def check_spec(c: InputContract | None) -> TensorSpec | None:
@@ -311,10 +290,3 @@ def check_spec(c: InputContract | None) -> TensorSpec | None:
         return None
     want = c.image_input or (c.inputs[0].name if len(c.inputs) == 1 else None)
     return next((s for s in c.inputs if s.name == want), None)
-
-
-def _reason_label(reason: str) -> str:
-    """Bounded label values: the first word of the reason (governor, operator, reload)."""
-    return reason.split(":", 1)[0].split()[0] if reason else "unknown"
-
-

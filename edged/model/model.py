@@ -1,13 +1,14 @@
-"""One served model, a thin owner: prepare -> Prepared, submit, swap_to, drain, describe.
+"""One served model, a thin owner: prepare -> Prepared, submit, swap_to, drain.
 
 The parts are elsewhere, each with one job: the batcher forms batches
 (``edged.batching.batcher``), the live variant and its hot swap are ``live_variant.LiveVariant``
 (checked before going live by ``edged.verify``), the request contract is
-``contract.InputContract``, stream limits ``streams.StreamAdmission``, and what happens
+``contract.InputContract``, stream limits ``streams.StreamAdmission``, what each computed
+batch leaves behind (metrics, usage) ``batch_record.BatchRecord``, and what happens
 to the outputs is the model's *head* (``edged.model.heads``: plain tensors, or
 ``edged.model.detect_head`` for a detector), chosen at load from the config like a backend.
-The server talks to a model only through the methods here; the batcher and the loaded
-backend are its own business.
+The server talks to a model only through the methods here (and reads its status entry
+through ``status.describe_model``); the batcher and the loaded backend are its own business.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ from edged.config.server import Limits
 from edged.errors import EdgedError, Unavailable
 from edged.host.thread_names import name_os_thread
 from edged.metrics import Metrics
+from edged.model.batch_record import BatchRecord
 from edged.model.contract import InputContract, Prepared
 from edged.model.heads import open_head
 from edged.model.live_variant import LiveVariant
@@ -51,9 +52,7 @@ class Model:
                  swap_headroom_bytes: int = 64 << 20) -> None:
         self.cfg = cfg
         self.name = cfg.name
-        self.metrics = metrics
         self.limits = limits
-        self.power_w = power_w
         self.preprocessor = Preprocessor(cfg.preprocess) if cfg.preprocess else None
         self.head = open_head(cfg, metrics, self.preprocessor)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"edged-{cfg.name}",
@@ -61,30 +60,27 @@ class Model:
         self.cap = BatchCap(cfg.max_batch_size)
         policy = choose_policy(cfg.max_delay_ms, cfg.batch_window, cfg.inline_max_ms)
         self._batcher = Batcher(cfg.name, self.cap, cfg.max_queue, policy, self._compute,
-                                self.executor, self._on_batch)
+                                self.executor)
         self.verifier = Verifier(cfg, self.preprocessor)
         self.live = LiveVariant(cfg, metrics, self.head, self.verifier, self._batcher,
                                 self.cap, self.executor, swap_headroom_bytes)
         if isinstance(policy, Inline):
             # Inline compute (the loop thread) never meets a swap or a check on the worker.
             policy.allowed = lambda: not self.swapping and not self.live.checking
-        self._streams = StreamAdmission(cfg.name, metrics, cfg.max_streams, cfg.stream_idle_s,
-                                        cfg.max_stream_fps)
+        self.streams = StreamAdmission(cfg.name, metrics, cfg.max_streams, cfg.stream_idle_s,
+                                       cfg.max_stream_fps)
         self._batch_buffers = BatchBuffers(cfg.max_batch_size)
         self.usage = ModelUsage()  # duty, cost per row, deadline use: the governor's inputs
         self._batcher.queue.on_deadline = self.usage.answered
-        metrics.queue_capacity.labels(cfg.name).set(cfg.max_queue)
-        # Labelled series looked up once, not per request (.labels() costs µs each).
-        self._m_queue_depth = metrics.queue_depth.labels(cfg.name)
-        self._m_batch_size = metrics.batch_size.labels(cfg.name)
-        self._m_compute: dict[str, Any] = {}
+        self._batches = BatchRecord(cfg.name, metrics, self._batcher.queue, self.usage, power_w)
+        self._batcher.on_batch = self._batches.computed
+        self._m_queue_depth = self._batches.queue_depth  # set per request: looked up once
         #: a candidate version's shadow (``edged.delivery.shadow``): offered each computed
         #: batch after the fact; it never delays one
         self.shadow: Any = None
         #: requests admitted to this model and not yet queued or answered (a frame still
         #: being decoded off the event loop; ``edged.protocols.admission`` counts them)
         self._admitted = 0
-        self._last_batch: float | None = None
 
     @property
     def variant_names(self) -> list[str]:
@@ -108,7 +104,7 @@ class Model:
 
     @property
     def last_swap(self) -> dict[str, Any] | None:
-        return self.live.last_swap
+        return self.live.record.last_swap
 
     @property
     def ready(self) -> bool:
@@ -133,7 +129,7 @@ class Model:
     @property
     def idle_s(self) -> float:
         """Seconds since this model last computed a batch (infinite: never)."""
-        last = self._last_batch
+        last = self._batches.last
         return float("inf") if last is None else time.monotonic() - last
 
     @property
@@ -189,13 +185,11 @@ class Model:
         return self.live.contract
 
     def add_rungs(self, cfg: ModelConfig) -> bool:
-        """Take ``cfg``'s ladder in place if it is this one with rungs below, else False."""
-        old = self.cfg
-        if not self.ready or replace(cfg, variants=cfg.variants[:len(old.variants)]) != old:
+        """Take ``cfg``'s ladder in place if it is this one with rungs below, else False
+        (``live_variant.LiveVariant.add_rungs``)."""
+        if not self.live.add_rungs(cfg):
             return False
         self.cfg = cfg
-        self.verifier.take_ladder(cfg)
-        self.live.add_rungs(cfg)
         return True
 
     async def swap_to(self, index: int, reason: str) -> bool:
@@ -233,7 +227,7 @@ class Model:
                     meta=prepared.meta, arrival=arrival, max_fps=prepared.max_fps,
                     quiet=quiet)
         if p.stream is not None:
-            self._streams.admit(p)
+            self.streams.admit(p)
         try:
             self._batcher.submit(p)
         finally:
@@ -270,49 +264,6 @@ class Model:
         if shadow is not None:
             shadow.offer(feeds, outs, total, compute_s, self._batcher.depth == 0)
         return loaded.config.name, results, compute_s
-
-    def _on_batch(self, variant: str, rows: int, compute_s: float, batch: list[Pending]) -> None:
-        self._last_batch = time.monotonic()
-        series = self._m_compute.get(variant)
-        if series is None:
-            series = self._m_compute[variant] = self.metrics.compute_duration.labels(
-                self.name, variant)
-        series.observe(compute_s)
-        self._m_batch_size.observe(rows)
-        self._m_queue_depth.set(self._batcher.depth)
-        self.usage.computed(variant, rows, compute_s)
-        if self.power_w is not None:
-            w = self.power_w()
-            if w:
-                self.metrics.energy.labels(self.name).inc(w * compute_s)
-
-    def describe(self) -> dict[str, Any]:
-        a = self.live.loaded
-        return {
-            "name": self.name,
-            "state": self.state,
-            "error": self.error,
-            "inputs": [s.to_json() for s in self.inputs],
-            "outputs": [s.to_json() for s in self.outputs],
-            "variants": self.variant_names,
-            "active_variant": a.config.name if a else None,
-            "backend": a.config.backend if a else None,
-            "path": str(a.config.path) if a else None,
-            "digest": a.digest if a else None,  # sha256 of the live artifact's bytes
-            "device": a.backend.info.device if a else None,
-            "runtime": a.backend.info.details if a else None,  # version, threads, ...
-            "max_batch_size": self.cfg.max_batch_size,
-            "batch_cap": a.batch_cap if a else None,
-            "max_queue": self.cfg.max_queue,
-            "queue_depth": self._batcher.depth,
-            "preprocess": bool(self.preprocessor),
-            "streams": {"tracked": len(self._streams), "max_streams": self.cfg.max_streams,
-                        "max_stream_fps": self.cfg.max_stream_fps or None,
-                        "top": self._streams.table.top(5)},
-            **self.head.describe(a.post if a else None),
-            "last_swap": self.last_swap,
-            "verify": self.verifier.describe(),
-        }
 
     def admitted(self) -> None:
         """A request was admitted to this model (it will be queued or answered)."""

@@ -22,6 +22,7 @@ from edged.errors import NotFound
 from edged.metrics import Metrics
 from edged.model.model import Model
 from edged.model.pipeline.pipeline import Pipeline
+from edged.model.status import describe_model
 
 #: what a client may name in a request: a model or a pipeline
 Served = Model | Pipeline
@@ -126,7 +127,7 @@ class Registry:
         return old
 
     def describe(self) -> list[dict[str, Any]]:
-        return [m.describe() for m in self._models.values()]
+        return [describe_model(m) for m in self._models.values()]
 
     def describe_pipelines(self) -> list[dict[str, Any]]:
         return [p.describe() for p in self._pipelines.values()]

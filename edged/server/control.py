@@ -20,6 +20,7 @@ import zmq.asyncio
 from edged.config.server import ServerConfig
 from edged.errors import EdgedError, InvalidArgument, NotFound, StartupError, Unavailable
 from edged.host.runtime_dir import resolve_endpoints
+from edged.model.status import describe_model
 from edged.protocols import sockets
 from edged.protocols.native.control import CONTROL_OPS
 from edged.protocols.native.reply import encode_header
@@ -150,7 +151,7 @@ class Control:
         m = self.state.registry.get(_str_arg(msg, "model"))
         await m.drain(self.state.config.server.drain_timeout_s)
         await m.close()
-        return {"model": m.describe()}
+        return {"model": describe_model(m)}
 
     async def _load_op(self, msg: dict[str, Any]) -> dict[str, Any]:
         name = _str_arg(msg, "model")
@@ -163,12 +164,12 @@ class Control:
                            "and run `edged ctl reload`")
         m = self.state.registry.find(name)
         if m is not None and m.ready:
-            return {"model": m.describe()}
+            return {"model": describe_model(m)}
         failed = await self._load(mc)
         m = self.state.registry.get(name)
         if failed:
             raise Unavailable(f"model {name!r} failed to load: {m.error}")
-        return {"model": m.describe()}
+        return {"model": describe_model(m)}
 
     async def _pull(self, msg: dict[str, Any]) -> dict[str, Any]:
         """A delivered model's new version (or ``version``) through every stage; the reply
@@ -207,7 +208,7 @@ class Control:
         pin = await self.governing.pin_variant(m, variant)  # kept for the next load too
         failed = pin.pop("swap_failed")
         want = m.variant_names[self.governing.index_for(m)]
-        out: dict[str, Any] = {"model": m.describe(), **pin}
+        out: dict[str, Any] = {"model": describe_model(m), **pin}
         try:
             m.check_ready()
         except Unavailable as e:  # loading, failed or unloaded: nothing to swap now

@@ -10,8 +10,9 @@ Here both are inputs to one rule:
 
 An operator pin holds its variant while the governor allows it; a governor level that
 needs a lighter variant than the pin wins while it lasts, and the pin applies again
-when the level relaxes. ``edged ctl swap MODEL auto`` releases the pin. The load's step
-is ``edged.server.overload``'s (requests too close to their deadlines).
+when the level relaxes. ``edged ctl swap MODEL auto`` releases the pin. The pins are
+``edged.server.variant_pins``'s; the load's step is ``edged.server.overload``'s (requests
+too close to their deadlines).
 
 A model a pipeline runs takes the governor's steps through the pipeline instead: the
 level's ladder steps (or the pipeline's own load ask, whichever is further) are a
@@ -27,29 +28,20 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from edged.config.file import Config
-from edged.errors import InvalidArgument, NotFound, Unavailable
+from edged.errors import InvalidArgument, Unavailable
 from edged.model.model import Model
 from edged.model.pipeline.pipeline import Pipeline
 from edged.server.overload import TICK_S, Overload
 from edged.server.state import ServerState
+from edged.server.variant_pins import VariantPins
 
 log = logging.getLogger("edged.server")
 
 #: a swap that failed (load error, verification) is tried again after this long
 RETRY_FAILED_SWAP_S = 60.0
-
-
-@dataclass(frozen=True)
-class VariantPin:
-    """An operator's choice of variant for one model."""
-
-    variant: str
-    by: str
-    at: float
 
 
 class Governing:
@@ -60,7 +52,7 @@ class Governing:
         self.sensors: Any = None
         #: governor ticks applied since start (across reloads): what tests wait on
         self.steps = 0
-        self.pins: dict[str, VariantPin] = {}
+        self.pins = VariantPins()
         self._decision: Any = None
         self.overload = Overload()
         self._metrics: Any = None
@@ -93,10 +85,7 @@ class Governing:
                     self.governor.pin(pinned)
         else:
             self._decision = None
-        for name, pin in list(self.pins.items()):
-            mc = cfg.model(name)
-            if mc is None or pin.variant not in [v.name for v in mc.variants]:
-                del self.pins[name]
+        self.pins.keep(cfg)
         self._place_pipelines()
         self._wake.set()
 
@@ -182,10 +171,8 @@ class Governing:
                 steps = d.ladder_steps
         for p in routed:
             steps = max(steps, p.plan.index_of(m.name, self.position_for(p)))
-        pin = self.pins.get(m.name)
         names = m.variant_names
-        if pin is not None and pin.variant in names:
-            steps = max(steps, names.index(pin.variant))
+        steps = max(steps, self.pins.steps(m.name, names))
         return min(max(steps, self.overload.index(m.name)), len(names) - 1)
 
     def apply(self, decision: Any) -> None:
@@ -253,12 +240,10 @@ class Governing:
     async def pin_variant(self, m: Model, variant: str, by: str = "operator") -> dict[str, Any]:
         """``edged ctl swap MODEL VARIANT|auto``: pin (or release) and act now."""
         if variant == "auto":
-            self.pins.pop(m.name, None)
+            self.pins.release(m.name)
             reason = "operator: pin released (edged ctl swap auto)"
         else:
-            if variant not in m.variant_names:
-                raise NotFound(f"model {m.name!r} has no variant {variant!r}: {m.variant_names}")
-            self.pins[m.name] = VariantPin(variant, by, time.time())
+            self.pins.pin(m, variant, by)
             reason = "operator: edged ctl swap"
         log.info("variant pin model=%s variant=%s by=%s", m.name, variant, by)
         want = self.index_for(m)
@@ -267,27 +252,14 @@ class Governing:
             if not await m.swap_to(want, reason) and m.active_index != want:
                 failed = True
                 # Refused (failed load, verification): the pin would only retry it.
-                self.pins.pop(m.name, None)
+                self.pins.release(m.name)
                 log.warning("variant pin model=%s variant=%s dropped: the swap failed",
                             m.name, variant)
             else:
                 self._failed.pop((m.name, want), None)
-        return {"pin": self.pin_of(m.name), "held_by_governor": self._held(m),
+        return {"pin": self.pins.describe(m.name),
+                "held_by_governor": self.pins.held(m, self.index_for(m), self.level),
                 "swap_failed": failed}
-
-    def _held(self, m: Model) -> str | None:
-        """Why the pinned variant is not the one running, when the governor overrides it."""
-        pin = self.pins.get(m.name)
-        if pin is None or self._decision is None or pin.variant not in m.variant_names:
-            return None
-        if self.index_for(m) > m.variant_names.index(pin.variant):
-            return (f"governor level {self._decision.level} needs at least "
-                    f"{m.variant_names[self.index_for(m)]}; the pin applies when it relaxes")
-        return None
-
-    def pin_of(self, name: str) -> dict[str, Any] | None:
-        pin = self.pins.get(name)
-        return asdict(pin) if pin is not None else None
 
     def pin_level(self, level: Any) -> dict[str, Any]:
         """``edged ctl level NAME|auto``: hold a governor level by hand."""

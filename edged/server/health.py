@@ -17,6 +17,7 @@ from typing import Any
 
 from edged import __version__
 from edged.metrics import Metrics
+from edged.model.status import describe_model
 from edged.server.governing import Governing
 from edged.server.state import ServerState
 
@@ -109,7 +110,7 @@ class Health:
                         else None),
             "requests_per_second": round(self.requests_per_second(), 2),
             "answered": st.answered,
-            "models": [{**m.describe(), "pin": self.governing.pin_of(m.name),
+            "models": [{**describe_model(m), "pin": self.governing.pins.describe(m.name),
                         "overload": self.governing.overload.describe(m),
                         **latency(st.metrics, m.name)} for m in st.registry],
             "pipelines": [{**p.describe(), "overload": self.governing.overload.describe(p),

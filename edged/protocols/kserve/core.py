@@ -34,6 +34,7 @@ from edged.host.thread_names import name_os_thread
 from edged.model.model import Model
 from edged.model.registry import Served
 from edged.model.request import InputMeta, Request
+from edged.model.status import describe_model
 from edged.protocols.admission import Admission, Ticket
 from edged.protocols.kserve.tensors import Tensor, datatype, triton_type
 from edged.protocols.serving import Serving
@@ -379,7 +380,7 @@ def _columns(m: Served) -> int:
 
 
 def _backend(m: Served) -> str:
-    return (m.describe().get("backend") or "") if isinstance(m, Model) else "pipeline"
+    return (describe_model(m).get("backend") or "") if isinstance(m, Model) else "pipeline"
 
 
 def _classes(v: str) -> list[int]:

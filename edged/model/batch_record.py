@@ -1,0 +1,56 @@
+"""What each computed batch of one model leaves behind: its metrics, the model's usage,
+and when it ran.
+
+Why apart from ``model.Model``: the batcher hands every finished batch here directly
+(its ``on_batch``, no call through the model), and what is written is read elsewhere:
+the metrics scrape, the governor and the overload rule (``usage.ModelUsage``), a
+version's shadow asking whether batches still come (``Model.idle_s``). The model itself
+only sets the queue's depth as a request arrives. The labelled series are looked up once
+per model and variant, not per batch (``.labels()`` costs µs each).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from edged.batching.queue import Pending, RequestQueue
+from edged.metrics import Metrics
+from edged.model.usage import ModelUsage
+
+
+class BatchRecord:
+    """The one writer of a model's per-batch series (compute time by variant, rows per
+    batch, energy), of its queue's gauges, and of ``ModelUsage.computed``."""
+
+    def __init__(self, model: str, metrics: Metrics, queue: RequestQueue, usage: ModelUsage,
+                 power_w: Callable[[], float | None] | None) -> None:
+        self.model = model
+        self.metrics = metrics
+        self.queue = queue
+        self.usage = usage
+        self.power_w = power_w  # the board's power now (None: not measured), for energy
+        metrics.queue_capacity.labels(model).set(queue.max_queue)
+        #: the queue's depth: set after each batch here, and by the model per request
+        self.queue_depth = metrics.queue_depth.labels(model)
+        self._batch_size = metrics.batch_size.labels(model)
+        self._compute: dict[str, Any] = {}  # variant -> its compute_duration series
+        #: when a batch was last computed (None: never)
+        self.last: float | None = None
+
+    def computed(self, variant: str, rows: int, compute_s: float, batch: list[Pending]) -> None:
+        """A batch of ``rows`` ran on ``variant`` in ``compute_s`` (the batcher's ``on_batch``)."""
+        self.last = time.monotonic()
+        series = self._compute.get(variant)
+        if series is None:
+            series = self._compute[variant] = self.metrics.compute_duration.labels(
+                self.model, variant)
+        series.observe(compute_s)
+        self._batch_size.observe(rows)
+        self.queue_depth.set(self.queue.depth)
+        self.usage.computed(variant, rows, compute_s)
+        if self.power_w is not None:
+            w = self.power_w()
+            if w:
+                self.metrics.energy.labels(self.model).inc(w * compute_s)
