@@ -62,3 +62,22 @@ def test_every_logger_is_named_after_its_package_or_module() -> None:
             if not ok:
                 wrong.append(f"{rel}: {name}")
     assert not wrong, wrong
+
+
+def test_no_class_over_250_lines_and_no_module_over_450() -> None:
+    """The sizes a reader can hold in mind: a class past 250 lines is two ideas sharing one
+    name, a module past 450 several; the size is where the next split was missed."""
+    import ast
+
+    big: list[str] = []
+    for path in sorted((ROOT / "edged").rglob("*.py")):
+        text = path.read_text()
+        where = path.relative_to(ROOT)
+        if (lines := len(text.splitlines())) > 450:
+            big.append(f"{where}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.ClassDef) or node.end_lineno is None:
+                continue
+            if (size := node.end_lineno - node.lineno + 1) > 250:
+                big.append(f"{where}: class {node.name} {size} lines")
+    assert not big, "\n".join(big)

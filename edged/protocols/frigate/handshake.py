@@ -28,7 +28,8 @@ from typing import Any
 from edged.config.frigate import FrigateConfig
 from edged.model.model import Model
 from edged.model.pipeline.pipeline import Pipeline
-from edged.protocols.frigate.sent import SentEndpoint, SentModels, log_once
+from edged.protocols.frigate.sent import SentModels, log_once
+from edged.protocols.frigate.sent_endpoint import SentEndpoint
 from edged.protocols.frigate.store import check_name
 from edged.protocols.frigate.wire import data_answer, refusal, request_answer
 from edged.protocols.serving import Serving

@@ -138,7 +138,7 @@ class FrigateRoom:
 
     def status(self) -> dict[str, Any]:
         return {"frigate": {e.address: e.cfg.model for e in self.endpoints},
-                "frigate_rungs": self.manage.sent.rungs.entries}
+                "frigate_rungs": self.manage.sent.launcher.entries}
 
     async def stop(self) -> None:
         for e in self.endpoints:

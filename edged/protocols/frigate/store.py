@@ -18,10 +18,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from edged.delivery.atomic import atomic_write
-from edged.delivery.store import Version, VersionStore, default_state_dir
+from edged.delivery.store import Version, VersionStore
 
-__all__ = ["FrigateModels", "StoredModel", "atomic_write", "check_name", "default_state_dir"]
+__all__ = ["FrigateModels", "StoredModel", "check_name"]
 
 #: what a stored model's name may look like (a file's basename, as Frigate sends it)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")

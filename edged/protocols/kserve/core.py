@@ -1,5 +1,9 @@
 """What the KServe gRPC and HTTP servers share: admission, the batcher hand-off, replies, metadata.
 
+The metadata answers (health, model metadata and configuration, statistics) are
+``edged.protocols.kserve.metadata``'s, reached as ``KServeCore.meta``; the rest is the infer
+path.
+
 A KServe request becomes the same ``Request`` a native client would send (raw tensors, the
 protocol's ``timeout``/``priority`` parameters mapped to edged's), is prepared by
 ``Model.prepare`` and queued in the model's batcher, so KServe, native and Frigate requests
@@ -27,22 +31,18 @@ from typing import Any
 
 import numpy as np
 
-from edged import __version__
 from edged.batching.queue import Result
 from edged.errors import EdgedError, InvalidArgument, ResourceExhausted, Unavailable
 from edged.host.thread_names import name_os_thread
-from edged.model.model import Model
 from edged.model.registry import Served
 from edged.model.request import InputMeta, Request
-from edged.model.status import describe_model
 from edged.protocols.admission import Admission, Ticket
-from edged.protocols.kserve.tensors import Tensor, datatype, triton_type
+from edged.protocols.kserve.metadata import DETECTIONS, KServeMetadata
+from edged.protocols.kserve.tensors import Tensor
 from edged.protocols.serving import Serving
 
 log = logging.getLogger("edged.protocols.kserve")
 
-DETECTIONS = "detections"
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "schedule_policy"]
 #: image decodes queued at once across both KServe servers (each holds a decoded frame)
 MAX_PENDING_DECODES = 64
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -76,10 +76,13 @@ class InferAnswer:
 
 
 class KServeCore:
-    """Admission and replies for KServe requests; metadata in the protocol's terms."""
+    """Admission and replies for KServe requests; ``meta`` answers what the protocol asks
+    of the server and its models."""
 
     def __init__(self, state: Serving) -> None:
         self.state = state
+        #: health, metadata, configuration and statistics (admit nothing)
+        self.meta = KServeMetadata(state)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="edged-kserve",
                                         initializer=name_os_thread)
         self._decoding = 0
@@ -91,98 +94,6 @@ class KServeCore:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
-
-    # -- health and metadata ----------------------------------------------------------
-    @property
-    def live(self) -> bool:
-        return self.state.phase in ("starting", "serving", "draining")
-
-    @property
-    def ready(self) -> bool:
-        st = self.state
-        return st.ready and st.serving and all(m.ready for m in st.registry if m.cfg.required)
-
-    def model_ready(self, name: str) -> bool:
-        m = self.state.registry.find_served(name)
-        return m is not None and m.ready and self.state.serving
-
-    def server_metadata(self) -> dict[str, Any]:
-        return {"name": "edged", "version": __version__, "extensions": EXTENSIONS}
-
-    def model(self, name: str, version: str = "") -> Served:
-        m = self.state.registry.served(name)  # NOT_FOUND for an unknown model or pipeline
-        if version not in ("", "1"):
-            raise InvalidArgument(f"model {m.name!r} has only version 1 (edged's variants "
-                                  f"are not versions); got {version!r}")
-        return m
-
-    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        m = self.model(name, version)
-        self._require_loaded(m)
-        outputs = [_tensor_meta(s.name, s.dtype, s.shape) for s in m.outputs]
-        if _detector(m):
-            outputs.append(_tensor_meta(DETECTIONS, np.dtype(np.float32), (-1, _columns(m))))
-        return {"name": m.name, "versions": ["1"], "platform": _platform(m),
-                "inputs": [_tensor_meta(s.name, s.dtype, s.shape) for s in m.inputs],
-                "outputs": outputs}
-
-    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
-        """Triton's model configuration (what tritonclient and perf_analyzer read): dims
-        without the batch dimension, ``max_batch_size`` from edged's config."""
-        m = self.model(name, version)
-        self._require_loaded(m)
-
-        def tensor(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> dict[str, Any]:
-            return {"name": name, "data_type": triton_type(dtype), "dims": list(shape[1:])}
-
-        outputs = [tensor(s.name, s.dtype, s.shape) for s in m.outputs]
-        if _detector(m):
-            outputs.append({"name": DETECTIONS, "data_type": "TYPE_FP32",
-                            "dims": [-1, _columns(m)]})
-        served = m if isinstance(m, Model) else m.detector  # a pipeline: its detector's
-        assert served is not None  # _require_loaded
-        cfg: dict[str, Any] = {
-            "name": m.name, "platform": _platform(m), "backend": _backend(m),
-            "max_batch_size": served.cfg.max_batch_size,
-            "input": [tensor(s.name, s.dtype, s.shape) for s in m.inputs],
-            "output": outputs,
-            "dynamic_batching": {"max_queue_delay_microseconds":
-                                 int(served.cfg.max_delay_ms * 1000)},
-        }
-        return cfg
-
-    def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
-        """Triton's ModelStatistics from the histograms edged keeps (since start)."""
-        models = [self.model(name, version)] if name else list(self.state.registry)
-        out = []
-        met = self.state.metrics
-        for m in models:
-            req_n, req_s = _hist(met.request_duration.labels(m.name))
-            q_n, q_s = _hist(met.queue_duration.labels(m.name))
-            _, rows = _hist(met.batch_size.labels(m.name))
-            exec_n = exec_s = 0.0
-            for v in (m.variant_names if isinstance(m, Model) else []):  # a pipeline: none
-                n, s = _hist(met.compute_duration.labels(m.name, v))
-                exec_n, exec_s = exec_n + n, exec_s + s
-            fail = sum(c._value.get() for labels, c in _children(met.requests)
-                       if labels[0] == m.name and labels[2] != "OK")
-            out.append({
-                "name": m.name, "version": "1", "last_inference": 0,
-                "inference_count": int(rows), "execution_count": int(exec_n),
-                "inference_stats": {
-                    "success": {"count": int(req_n), "ns": int(req_s * 1e9)},
-                    "fail": {"count": int(fail), "ns": 0},
-                    "queue": {"count": int(q_n), "ns": int(q_s * 1e9)},
-                    "compute_infer": {"count": int(exec_n), "ns": int(exec_s * 1e9)},
-                },
-                "batch_stats": [],
-            })
-        return out
-
-    def _require_loaded(self, m: Served) -> None:
-        if not m.inputs:
-            detail = f": {m.error}" if m.error else ""
-            raise Unavailable(f"model {m.name!r} is {m.state}{detail}")
 
     # -- inference ----------------------------------------------------------------------
     async def infer(self, call: InferCall, protocol: str) -> InferAnswer:
@@ -373,38 +284,9 @@ def _detector(m: Served) -> bool:
     return m.detects
 
 
-def _columns(m: Served) -> int:
-    """The detections' columns: 6 for a detector (7 with track ids); a pipeline's vary
-    with its stages and the request's tracking (-1)."""
-    return 6 if isinstance(m, Model) else -1
-
-
-def _backend(m: Served) -> str:
-    return (describe_model(m).get("backend") or "") if isinstance(m, Model) else "pipeline"
-
-
 def _classes(v: str) -> list[int]:
     try:
         return [int(c) for c in v.split(",") if c.strip()]
     except ValueError:
         raise InvalidArgument(f"parameter 'classes' must be class ids like \"0,2\"; got {v!r}"
                               ) from None
-
-
-def _tensor_meta(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> dict[str, Any]:
-    return {"name": name, "datatype": datatype(dtype), "shape": list(shape)}
-
-
-def _platform(m: Served) -> str:
-    backend = _backend(m)
-    return {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}.get(
-        backend, f"edged_{backend}")
-
-
-def _children(metric: Any) -> list[tuple[tuple[str, ...], Any]]:
-    return list(metric._metrics.items())
-
-
-def _hist(h: Any) -> tuple[float, float]:
-    """(count, sum) of one histogram child."""
-    return sum(b.get() for b in h._buckets), h._sum.get()

@@ -86,31 +86,31 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             _abort(context, e)
 
     def ServerLive(self, request: Any, context: Any) -> Any:
-        return service_pb2.ServerLiveResponse(live=self.core.live)
+        return service_pb2.ServerLiveResponse(live=self.core.meta.live)
 
     def ServerReady(self, request: Any, context: Any) -> Any:
         return service_pb2.ServerReadyResponse(
-            ready=self._on_loop(context, lambda: self.core.ready))
+            ready=self._on_loop(context, lambda: self.core.meta.ready))
 
     def ModelReady(self, request: Any, context: Any) -> Any:
         return service_pb2.ModelReadyResponse(
-            ready=self._on_loop(context, self.core.model_ready, request.name))
+            ready=self._on_loop(context, self.core.meta.model_ready, request.name))
 
     def ServerMetadata(self, request: Any, context: Any) -> Any:
         return service_pb2.ServerMetadataResponse(
-            **self._on_loop(context, self.core.server_metadata))
+            **self._on_loop(context, self.core.meta.server_metadata))
 
     def ModelMetadata(self, request: Any, context: Any) -> Any:
-        md = self._on_loop(context, self.core.model_metadata, request.name, request.version)
+        md = self._on_loop(context, self.core.meta.model_metadata, request.name, request.version)
         return json_format.ParseDict(md, service_pb2.ModelMetadataResponse())
 
     def ModelConfig(self, request: Any, context: Any) -> Any:
-        cfg = self._on_loop(context, self.core.model_config, request.name, request.version)
+        cfg = self._on_loop(context, self.core.meta.model_config, request.name, request.version)
         return service_pb2.ModelConfigResponse(
             config=json_format.ParseDict(cfg, model_config_pb2.ModelConfig()))
 
     def ModelStatistics(self, request: Any, context: Any) -> Any:
-        stats = self._on_loop(context, self.core.statistics, request.name, request.version)
+        stats = self._on_loop(context, self.core.meta.statistics, request.name, request.version)
         return json_format.ParseDict({"model_stats": stats},
                                      service_pb2.ModelStatisticsResponse())
 
@@ -148,7 +148,7 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         (read once, on this thread); the version check asks the loop."""
         limits = self.core.state.config.server.limits
         if request.model_version not in ("", "1"):
-            self._on_loop(None, self.core.model, request.model_name, request.model_version)
+            self._on_loop(None, self.core.meta.model, request.model_name, request.model_version)
         if len(request.id) > limits.max_id_length:
             raise InvalidArgument(f"id is longer than {limits.max_id_length} characters")
         outputs = [o.name for o in request.outputs] or None

@@ -104,32 +104,32 @@ class KServeHttpServer:
 
     # -- health and metadata ----------------------------------------------------------
     async def live(self, request: web.Request) -> web.Response:
-        ok = self.core.live
+        ok = self.core.meta.live
         return web.json_response({"live": ok}, status=200 if ok else 503)
 
     async def ready(self, request: web.Request) -> web.Response:
-        ok = self.core.ready
+        ok = self.core.meta.ready
         return web.json_response({"ready": ok}, status=200 if ok else 503)
 
     async def server_metadata(self, request: web.Request) -> web.Response:
-        return web.json_response(self.core.server_metadata())
+        return web.json_response(self.core.meta.server_metadata())
 
     async def model_ready(self, request: web.Request) -> web.Response:
         name = request.match_info["model"]
-        self.core.model(name, request.match_info.get("version", ""))  # 404 when unknown
-        ok = self.core.model_ready(name)
+        self.core.meta.model(name, request.match_info.get("version", ""))  # 404 when unknown
+        ok = self.core.meta.model_ready(name)
         return web.json_response({"name": name, "ready": ok}, status=200 if ok else 400)
 
     async def model_metadata(self, request: web.Request) -> web.Response:
-        return web.json_response(self.core.model_metadata(
+        return web.json_response(self.core.meta.model_metadata(
             request.match_info["model"], request.match_info.get("version", "")))
 
     async def model_config(self, request: web.Request) -> web.Response:
-        return web.json_response(self.core.model_config(
+        return web.json_response(self.core.meta.model_config(
             request.match_info["model"], request.match_info.get("version", "")))
 
     async def statistics(self, request: web.Request) -> web.Response:
-        return web.json_response({"model_stats": self.core.statistics(
+        return web.json_response({"model_stats": self.core.meta.statistics(
             request.match_info.get("model", ""), request.match_info.get("version", ""))})
 
     # -- inference ----------------------------------------------------------------------
@@ -150,7 +150,7 @@ class KServeHttpServer:
     async def _call(self, request: web.Request, name: str, received: float
                     ) -> tuple[InferCall, dict[str, Any], list[dict[str, Any]] | None]:
         """The request body -> InferCall (JSON header, then binary tensors if any)."""
-        self.core.model(name, request.match_info.get("version", ""))
+        self.core.meta.model(name, request.match_info.get("version", ""))
         limits = self.core.state.config.server.limits
         if (request.content_length or 0) > limits.max_message_bytes:
             raise web.HTTPRequestEntityTooLarge(limits.max_message_bytes,
