@@ -81,3 +81,16 @@ def test_no_class_over_250_lines_and_no_module_over_450() -> None:
             if (size := node.end_lineno - node.lineno + 1) > 250:
                 big.append(f"{where}: class {node.name} {size} lines")
     assert not big, "\n".join(big)
+
+
+def test_no_import_cycle() -> None:
+    """A cycle makes two modules one: neither can be read, tested or moved alone. Lazy
+    imports inside functions count too (grimp sees them), so a package that picks an
+    implementation by name keeps what the implementations share in a module of its own."""
+    import grimp
+
+    g = grimp.build_graph("edged")
+    cycles = sorted({" -> ".join((m, *chain)) for m in g.modules
+                     for n in g.find_modules_directly_imported_by(m)
+                     if (chain := g.find_shortest_chain(importer=n, imported=m))})
+    assert not cycles, "\n".join(cycles[:10])

@@ -75,7 +75,8 @@ def _metric(args: argparse.Namespace, contract: Path) -> str:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from edged.delivery.bundle import BundleRefused, pack
-    from edged.delivery.sources import SourceError, open_source
+    from edged.delivery.sources import open_source
+    from edged.delivery.sources.base import SourceError
     from edged.delivery.trust import sign
 
     if args.sign is None and not args.unsigned:

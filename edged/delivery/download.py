@@ -31,7 +31,7 @@ from pathlib import Path
 
 from edged.delivery.atomic import atomic_write
 from edged.delivery.bundle import MANIFEST, BundleRefused, Manifest, read_manifest
-from edged.delivery.sources import Ref, Source, SourceError
+from edged.delivery.sources.base import Ref, Source, SourceError
 from edged.delivery.store import Version, VersionStore
 from edged.delivery.store_bounds import StoreFull
 from edged.delivery.trust import MAX_SIGNATURE_BYTES, SIGNATURE, Signed, Trust, TrustRefused

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from edged.delivery.atomic import atomic_write
 from edged.delivery.bundle import check_label
-from edged.delivery.sources import INDEX, INDEX_FORMAT, MAX_INDEX_BYTES, Ref, SourceError, pick
+from edged.delivery.sources.base import INDEX, INDEX_FORMAT, MAX_INDEX_BYTES, Ref, SourceError, pick
 
 CHUNK = 1 << 20
 

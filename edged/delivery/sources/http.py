@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from edged.delivery.sources import INDEX, MAX_INDEX_BYTES, Ref, SourceError, pick
+from edged.delivery.sources.base import INDEX, MAX_INDEX_BYTES, Ref, SourceError, pick
 
 CHUNK = 1 << 16
 TIMEOUT_S = 30.0

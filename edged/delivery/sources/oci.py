@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from edged.delivery.sources import Ref, SourceError
+from edged.delivery.sources.base import Ref, SourceError
 
 CHUNK = 1 << 16
 TITLE = "org.opencontainers.image.title"

@@ -23,7 +23,8 @@ from edged.config.models import ModelConfig
 from edged.delivery.bundle import BundleRefused, Manifest
 from edged.delivery.download import Refused, fetch
 from edged.delivery.gate import version_config
-from edged.delivery.sources import SourceError, open_source
+from edged.delivery.sources import open_source
+from edged.delivery.sources.base import SourceError
 from edged.delivery.store import Version
 from edged.delivery.trust import Trust
 from edged.delivery.watch import Readings, read
