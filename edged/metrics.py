@@ -193,3 +193,22 @@ class Metrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def quantile_ms(counts: list[tuple[float, float]], frac: float) -> float | None:
+    """The ``frac`` quantile in ms of a latency histogram from its cumulative bucket counts
+    ``(le in seconds, count)``, interpolated within the bucket as Prometheus's
+    ``histogram_quantile`` does (None: nothing counted). One reading for the status reply
+    and the watch window, so both say the same p99 for the same requests."""
+    if not counts or counts[-1][1] <= 0:
+        return None
+    want = frac * counts[-1][1]
+    prev_b, prev_c = 0.0, 0.0
+    for b, c in counts:
+        if c >= want:
+            if b == float("inf"):
+                return prev_b * 1000
+            span = c - prev_c
+            return (prev_b + (b - prev_b) * ((want - prev_c) / span if span else 1)) * 1000
+        prev_b, prev_c = b, c
+    return prev_b * 1000

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edged.backends.support.sidecar import sha256_file
 from edged.delivery.atomic import atomic_write
 from edged.delivery.trust import SIGNATURE
 
@@ -142,14 +143,6 @@ def read_manifest(data: bytes) -> Manifest:
     return Manifest(model, str(version), files, str(contract),
                     str(ladder) if ladder else None, str(vfile), str(metric), float(acc),
                     hashlib.sha256(data).hexdigest(), str(doc.get("created", "")))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def pack(src: Path, out: Path, model: str, version: str, accuracy: float,

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edged.backends.support.sidecar import sha256_file
 from edged.delivery.atomic import atomic_write
 from edged.delivery.bundle import MANIFEST, BundleRefused, Manifest, read_manifest
 from edged.delivery.sources.base import Ref, Source, SourceError
@@ -226,12 +227,9 @@ def _download(source: Source, ref: Ref, name: str, size: int, sha: str, dest: Pa
             raise Refused("downloading", "truncated",
                           f"{ref.where}/{name}: {got} of {size} bytes arrived (truncated); "
                           "the next pull resumes it")
-    h = hashlib.sha256()
-    with dest.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    if h.hexdigest() != sha:
+    got_sha = sha256_file(dest)
+    if got_sha != sha:
         dest.unlink(missing_ok=True)
         raise Refused("verifying", "digest",
-                      f"{ref.where}/{name}: sha256 {h.hexdigest()[:12]} is not the signed "
+                      f"{ref.where}/{name}: sha256 {got_sha[:12]} is not the signed "
                       f"{sha[:12]}: the file changed after signing")

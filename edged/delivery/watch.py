@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edged.config.rollout import RolloutConfig
+from edged.metrics import quantile_ms
 
 ERRORS = ("INTERNAL", "UNAVAILABLE", "RESOURCE_EXHAUSTED")
 MISSES = ("DEADLINE_EXCEEDED", "DROPPED")
@@ -98,24 +99,8 @@ def window(a: Reading, b: Reading) -> Window:
     counts = [(le, c - before.get(le, 0.0)) for le, c in b.buckets]
     seconds = b.at - a.at
     return Window(seconds, total, int(sum(d.get(k, 0.0) for k in ERRORS)),
-                  int(sum(d.get(k, 0.0) for k in MISSES)), _p99(counts),
+                  int(sum(d.get(k, 0.0) for k in MISSES)), quantile_ms(counts, 0.99),
                   (b.latency_s - a.latency_s) / seconds if seconds > 0 else 0.0)
-
-
-def _p99(counts: list[tuple[float, float]]) -> float | None:
-    """p99 in ms from cumulative bucket counts (interpolated within the bucket)."""
-    if not counts or counts[-1][1] <= 0:
-        return None
-    want = 0.99 * counts[-1][1]
-    prev_b, prev_c = 0.0, 0.0
-    for b, c in counts:
-        if c >= want:
-            if b == float("inf"):
-                return prev_b * 1000
-            span = c - prev_c
-            return (prev_b + (b - prev_b) * ((want - prev_c) / span if span else 1)) * 1000
-        prev_b, prev_c = b, c
-    return prev_b * 1000
 
 
 class Readings:

@@ -68,17 +68,15 @@ def artifact_digest(path: Path) -> str | None:
     live one's, and ``edged status`` and ``edged_live_artifact_info`` show it."""
     import hashlib
 
+    from edged.backends.support.sidecar import sha256_file
+
     files = artifact_files(path)
     digests = []
     for f in files:
-        h = hashlib.sha256()
         try:
-            with open(f, "rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    h.update(chunk)
+            digests.append(sha256_file(f))
         except OSError:
             return None
-        digests.append(h.hexdigest())
     if not digests:
         return None
     if len(digests) == 1:

@@ -111,6 +111,19 @@ class Admission:
         except EdgedError as e:
             self._finish(ticket, e)
 
+    def decoded(self, ticket: Ticket, outcome: Prepared | EdgedError, *, priority: int = 1,
+                timeout_ms: float | None = None,
+                quiet: Callable[[], bool] | None = None) -> None:
+        """Back on the loop with a request prepared off it (the decode pool): submitted, or
+        failed with why it could not be prepared, or refused when the daemon began to stop
+        while it was decoded (its model may already be draining)."""
+        if isinstance(outcome, EdgedError):
+            self._finish(ticket, outcome)
+        elif not self.state.serving:
+            self._finish(ticket, Unavailable("the daemon is shutting down"))
+        else:
+            self.submit(ticket, outcome, priority=priority, timeout_ms=timeout_ms, quiet=quiet)
+
     def fail(self, ticket: Ticket, err: EdgedError) -> None:
         """An admitted request that failed before it was queued (e.g. while preparing)."""
         self._finish(ticket, err)

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from edged import __version__
-from edged.metrics import Metrics
+from edged.metrics import Metrics, quantile_ms
 from edged.model.status import describe_model
 from edged.server.governing import Governing
 from edged.server.state import ServerState
@@ -129,20 +129,8 @@ def latency(metrics: Metrics, model: str) -> dict[str, Any]:
     total = buckets[-1][1] if buckets else 0
     if not total:
         return {"p50_ms": None, "p99_ms": None, "served": 0}
-
-    def q(frac: float) -> float:
-        want = frac * total
-        prev_b, prev_c = 0.0, 0.0
-        for b, c in buckets:
-            if c >= want:
-                if b == float("inf"):
-                    return prev_b * 1000
-                span = c - prev_c
-                return (prev_b + (b - prev_b) * ((want - prev_c) / span if span else 1)) * 1000
-            prev_b, prev_c = b, c
-        return prev_b * 1000
-
-    return {"p50_ms": round(q(0.5), 3), "p99_ms": round(q(0.99), 3), "served": int(total)}
+    return {"p50_ms": round(quantile_ms(buckets, 0.5) or 0.0, 3),
+            "p99_ms": round(quantile_ms(buckets, 0.99) or 0.0, 3), "served": int(total)}
 
 
 def _bucket_counts(h: Any) -> list[tuple[str, float]]:

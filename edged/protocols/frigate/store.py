@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from edged.backends.support.sidecar import sha256_file
 from edged.delivery.store import Version, VersionStore
 
 __all__ = ["FrigateModels", "StoredModel", "check_name"]
@@ -71,11 +72,7 @@ class FrigateModels:
 
     def verify(self, stored: StoredModel) -> bool:
         """The file still hashes to its name (a disk error or an edit would not)."""
-        h = hashlib.sha256()
-        with stored.path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest() == stored.sha256
+        return sha256_file(stored.path) == stored.sha256
 
     def last_served(self) -> StoredModel | None:
         """The version the endpoint served last (preloaded at start)."""

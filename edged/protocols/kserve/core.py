@@ -187,13 +187,8 @@ class KServeCore:
 
         def prepared(outcome: Any) -> None:
             self._decoding -= 1
-            if isinstance(outcome, EdgedError):
-                self.admission.fail(ticket, outcome)
-            elif not self.state.serving:
-                self.admission.fail(ticket, Unavailable("the daemon is shutting down"))
-            else:
-                self.admission.submit(ticket, outcome, priority=req.priority,
-                                      timeout_ms=req.timeout_ms, quiet=self._alone)
+            self.admission.decoded(ticket, outcome, priority=req.priority,
+                                   timeout_ms=req.timeout_ms, quiet=self._alone)
 
         try:
             self._pool.submit(work)

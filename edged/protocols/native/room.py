@@ -227,13 +227,8 @@ class NativeRoom:
                   outcome: Any) -> None:
         """Back on the loop with a decoded request (or why it could not be)."""
         self._decoding -= 1
-        if isinstance(outcome, EdgedError):
-            self.admission.fail(ticket, outcome)
-        elif not self.state.serving:
-            self.admission.fail(ticket, Unavailable("the daemon is shutting down"))
-        else:
-            self.admission.submit(ticket, outcome, priority=req.priority,
-                                  timeout_ms=req.timeout_ms, quiet=self._quiet_on(router))
+        self.admission.decoded(ticket, outcome, priority=req.priority,
+                               timeout_ms=req.timeout_ms, quiet=self._quiet_on(router))
 
     def _quiet_on(self, router: sockets.Router) -> Callable[[], bool]:
         """Nothing else waits on ``router``: one function per socket, asked only by a batcher
