@@ -40,7 +40,7 @@ def _child_env() -> dict[str, str]:
 
 
 def outcome(record: dict[str, Any], variants: list[str] | None = None) -> dict[str, Any]:
-    """A build's record (``edged.protocols.frigate.rungs``'s ladder file) as the endpoint's status
+    """A build's record (the ladder file ``delivery.rungs`` keeps) as the endpoint's status
     entry: the state, the ladder, each rung's fate and why, and one line of it all."""
     ladder = list(record.get("ladder") or [TOP])
     rungs: dict[str, Any] = {}

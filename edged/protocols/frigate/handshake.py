@@ -12,7 +12,7 @@ Here: reading a management message (a malformed one gets a JSON answer saying wh
 wrong), answering for an endpoint's configured ``model`` (available and loaded once it
 is ready; a handshake that arrives while it loads waits for it, within Frigate's 30 s; a
 pipeline's ``label_from`` stage is waited for too),
-and handing an ``accept_models`` endpoint's questions to ``frigate_sent``. Each answer is
+and handing an ``accept_models`` endpoint's questions to ``sent.SentModels``. Each answer is
 one JSON frame, sent from a task of its own so the receive loop never waits.
 """
 
