@@ -1,6 +1,7 @@
 """A model file Frigate sends, in process: which ``model_type`` its graph fits, what is
-refused and why (edged/frigate_models.py), the new decoders against the formulas of
-Frigate's own decoders, and the content-addressed store (edged/protocols/frigate/store.py over edged/delivery/store.py)."""
+refused and why (edged/protocols/frigate/model_check.py), the new decoders against the
+formulas of Frigate's own decoders, and the content-addressed store
+(edged/protocols/frigate/store.py over edged/delivery/store.py)."""
 
 from __future__ import annotations
 
