@@ -1,4 +1,4 @@
-"""Frigate's byte layout in process (edged/frigate_protocol.py): requests in every layout
+"""Frigate's byte layout in process (edged/protocols/frigate/wire.py): requests in every layout
 Frigate sends, and the 480-byte result, frame by frame."""
 
 from __future__ import annotations
