@@ -24,6 +24,7 @@ one writer of ``edged_requests_total``, ``edged_request_duration_seconds``,
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,6 +38,19 @@ from edged.protocols.serving import Serving
 
 #: a room's reply callback: one call per admitted request
 Reply = Callable[["Ticket", "Result | EdgedError"], None]
+
+
+def prepare_outcome(work: Callable[[], Prepared], log: logging.Logger) -> Prepared | EdgedError:
+    """``work()`` (a request's preparation, run on the decode pool) or why it failed, as the
+    value handed back to the loop for ``Admission.decoded``: a bug in preprocessing fails
+    that request only, and is logged with its trace on the room's logger."""
+    try:
+        return work()
+    except EdgedError as e:
+        return e
+    except Exception as e:
+        log.exception("preprocessing failed")
+        return EdgedError(f"preprocessing failed: {type(e).__name__}: {e}")
 
 
 class Ticket:

@@ -179,24 +179,13 @@ class Control:
         if version is not None and (not isinstance(version, str) or not version):
             raise InvalidArgument("'version' must be a non-empty string")
         before = (self.deliveries.entries.get(name) or {}).get("last_refusal")
-        entry = await self.deliveries.update(name, version, "operator")
-        refusal = entry.get("last_refusal")
-        out: dict[str, Any] = {"delivery": entry}
-        if refusal is not None and refusal is not before:
-            out.update(status="UNAVAILABLE", error=f"refused at {refusal['stage']}: "
-                       f"{refusal['message']}")
-        return out
+        return _delivery_answer(await self.deliveries.update(name, version, "operator"), before)
 
     async def _promote(self, msg: dict[str, Any]) -> dict[str, Any]:
         name = _str_arg(msg, "model")
         before = (self.deliveries.entries.get(name) or {}).get("last_refusal")
-        entry = await self.deliveries.promote(name, _str_arg(msg, "version"))
-        out: dict[str, Any] = {"delivery": entry}
-        refusal = entry.get("last_refusal")
-        if refusal is not None and refusal is not before:
-            out.update(status="UNAVAILABLE", error=f"refused at {refusal['stage']}: "
-                       f"{refusal['message']}")
-        return out
+        return _delivery_answer(await self.deliveries.promote(name, _str_arg(msg, "version")),
+                                before)
 
     async def _rollback_op(self, msg: dict[str, Any]) -> dict[str, Any]:
         name = _str_arg(msg, "model")
@@ -219,6 +208,17 @@ class Control:
             out.update(status="INTERNAL", error=f"swap to {target!r} failed: "
                        f"{(m.last_swap or {}).get('error')}")
         return out
+
+
+def _delivery_answer(entry: dict[str, Any], before: Any) -> dict[str, Any]:
+    """A pull's or promotion's reply: the model's delivery entry, and an error when the
+    action ended in a refusal of its own (not one the entry already held before it)."""
+    out: dict[str, Any] = {"delivery": entry}
+    refusal = entry.get("last_refusal")
+    if refusal is not None and refusal is not before:
+        out.update(status="UNAVAILABLE", error=f"refused at {refusal['stage']}: "
+                   f"{refusal['message']}")
+    return out
 
 
 def _str_arg(msg: dict[str, Any], key: str) -> str:

@@ -36,7 +36,7 @@ from edged.errors import EdgedError, InvalidArgument, ResourceExhausted, Unavail
 from edged.host.thread_names import name_os_thread
 from edged.model.registry import Served
 from edged.model.request import InputMeta, Request
-from edged.protocols.admission import Admission, Ticket
+from edged.protocols.admission import Admission, Ticket, prepare_outcome
 from edged.protocols.kserve.metadata import DETECTIONS, KServeMetadata
 from edged.protocols.kserve.tensors import Tensor
 from edged.protocols.serving import Serving
@@ -174,14 +174,7 @@ class KServeCore:
         loop = asyncio.get_running_loop()
 
         def work() -> None:
-            outcome: Any
-            try:
-                outcome = ticket.model.prepare(req)
-            except EdgedError as e:
-                outcome = e
-            except Exception as e:
-                log.exception("preprocessing failed")
-                outcome = EdgedError(f"preprocessing failed: {type(e).__name__}: {e}")
+            outcome = prepare_outcome(lambda: ticket.model.prepare(req), log)
             with contextlib.suppress(RuntimeError):  # the loop closed: the daemon stopped
                 loop.call_soon_threadsafe(prepared, outcome)
 

@@ -28,9 +28,10 @@ from edged.config.server import ServerConfig
 from edged.errors import EdgedError, ResourceExhausted, StartupError, Unavailable
 from edged.host.runtime_dir import resolve_endpoints
 from edged.host.thread_names import name_os_thread
+from edged.model.contract import Prepared
 from edged.model.request import Request
 from edged.protocols import sockets
-from edged.protocols.admission import Admission, Ticket
+from edged.protocols.admission import Admission, Ticket, prepare_outcome
 from edged.protocols.native.reply import encode_header, error_reply, ok_reply_frames
 from edged.protocols.native.request import ProtocolError, decode_header, parse_request, peek_id
 from edged.protocols.native.shm_frames import Read, ShmFrames
@@ -211,15 +212,11 @@ class NativeRoom:
         """On the decode pool: read large shm slots, prepare, then one call back onto the
         loop. (No task and no asyncio future per request: the same two thread hand-offs,
         less work on the loop.)"""
-        outcome: Any
-        try:
+        def work() -> Prepared:
             self.shm.read(reads)
-            outcome = ticket.model.prepare(req)
-        except EdgedError as e:
-            outcome = e
-        except Exception as e:
-            log.exception("preprocessing failed")
-            outcome = EdgedError(f"preprocessing failed: {type(e).__name__}: {e}")
+            return ticket.model.prepare(req)
+
+        outcome = prepare_outcome(work, log)
         with contextlib.suppress(RuntimeError):  # the loop is closed: the daemon stopped
             loop.call_soon_threadsafe(self._prepared, router, ticket, req, outcome)
 
