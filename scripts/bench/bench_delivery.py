@@ -66,8 +66,6 @@ TOPS = {"digits": ("cnn-fp32", "small-fp32"), "digits-det": ("det-fp32", "det-in
 #: the person in each photo of the person detector's two-photo set, x1, y1, x2, y2 in the
 #: photo's pixels, read off the photo over a 50-pixel grid (tests/support/person.py)
 PERSON_BOXES = {"astronaut": (20, 15, 365, 512), "grace_hopper": (12, 22, 512, 600)}
-#: the person set's file, made at the start of a run
-PERSON_VAL = Path()
 TABLES = {
     "digits": '[models.preprocess]\ncolor = "gray"\nwidth = 28\nheight = 28\n'
               'layout = "NCHW"\n',
@@ -172,11 +170,12 @@ path = "{path}"
 class Clients:
     """``n`` native clients, each sending the next validation image when answered."""
 
-    def __init__(self, d: Daemon, n: int, model: str) -> None:
+    def __init__(self, d: Daemon, n: int, model: str, validation: Path | None) -> None:
         if model == "person":
             import cv2
 
-            with np.load(PERSON_VAL) as z:
+            assert validation is not None
+            with np.load(validation) as z:
                 self.x = np.stack([cv2.cvtColor(cv2.resize(im, (300, 300)), cv2.COLOR_BGR2RGB)
                                    for im in z["images"]])[:, None]
         elif model == "digits-det":
@@ -215,11 +214,10 @@ class Clients:
             t.join(30)
 
 
-def publish(src: Path, oci: str, key: Path, model: str, version: str,
+def publish(src: Path, oci: str, key: Path, model: str, version: str, validation: Path | None,
             accuracy: float) -> float:
     t0 = time.monotonic()
-    val = {"digits-det": DET / "val.npz", "person": PERSON_VAL}.get(model)
-    extra = ["--validation", str(val)] if val is not None else []
+    extra = ["--validation", str(validation)] if validation is not None else []
     out = subprocess.run([sys.executable, "-m", "edged", "publish", str(src), "--to",
                           f"oci://{oci}/edged/{model}:stable", "--sign", str(key), "--model",
                           model, "--version", version, "--accuracy", str(accuracy),
@@ -273,13 +271,14 @@ def main() -> int:
                               "rounds": []}
     with tempfile.TemporaryDirectory(prefix="bench-delivery-") as tmp_s:
         tmp = Path(tmp_s)
-        global PERSON_VAL
-        PERSON_VAL = person_set(tmp / "person-val.npz")
+        # the labelled set a detector's bundle carries (a classifier's ships in its folder)
+        validation = (DET / "val.npz" if args.model == "digits-det" else
+                      person_set(tmp / "person-val.npz") if args.model == "person" else None)
         key, pub = keypair(tmp)
         with registry(tmp) as oci:
             model = args.model
             d = Daemon(config(tmp, oci, pub, args.seconds, model), tmp)
-            clients = Clients(d, args.clients, model)
+            clients = Clients(d, args.clients, model, validation)
             try:
                 for k in range(args.rounds):
                     top = TOPS[model][1] if k % 2 else TOPS[model][0]
@@ -289,7 +288,7 @@ def main() -> int:
                     t_steady = time.monotonic()
                     steady = clients.between(t_steady - args.seconds, t_steady)
                     t0 = time.monotonic()
-                    publish_s = publish(src, oci, key, model, version, CLAIM[top])
+                    publish_s = publish(src, oci, key, model, version, validation, CLAIM[top])
                     spans: dict[str, list[float]] = {}
                     r, cpu = pull_with_stages(d, model, version, spans)
                     shadowed = clients.between(*spans.get("shadowing", [0.0, 0.0]))
