@@ -39,15 +39,9 @@ def slow_detector(path: Path, trips: int, fails_on_bright: bool = False) -> Path
     ``fails_on_bright``: an image with a pixel of 200 or more fails (an ONNX Runtime
     error, a Gather index out of bounds); zeros, as every check at its load uses, pass."""
     from onnx import TensorProto, helper, numpy_helper
+    from support.slow_model import tanh_loop_body
 
-    body = helper.make_graph(
-        [helper.make_node("Tanh", ["h_in"], ["h_out"]),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1])])
+    body = tanh_loop_body()
     consts = {"num_detections": np.array([1], np.float32),
               "detection_boxes": np.array([[[0.1, 0.2, 0.9, 0.6]]], np.float32),
               "detection_scores": np.array([[0.9]], np.float32),

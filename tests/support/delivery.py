@@ -185,7 +185,9 @@ def slow_digits(path: Path, trips: int = 15000) -> Path:
     Tanh steps started from the input (ONNX Runtime cannot fold it away): a version that
     passes the accuracy gate and answers several times slower."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
+
+    from support.slow_model import tanh_loop_body
 
     m = onnx.load(str(MODELS / "cnn-fp32.onnx"))
     g = m.graph
@@ -193,14 +195,7 @@ def slow_digits(path: Path, trips: int = 15000) -> Path:
     inp = g.input[0].name
     for node in g.node:
         node.output[:] = [f"{out}__raw" if o == out else o for o in node.output]
-    body = helper.make_graph(
-        [helper.make_node("Tanh", ["h_in"], ["h_out"]),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1])])
+    body = tanh_loop_body()
     g.initializer.extend([numpy_helper.from_array(np.array(trips, np.int64), "slow_trips"),
                           numpy_helper.from_array(np.array(True), "slow_cond"),
                           numpy_helper.from_array(np.array([1], np.int64), "slow_one"),

@@ -21,6 +21,19 @@ BASE_TRIP = 2000
 BUSY = 250000.0
 
 
+def tanh_loop_body() -> onnx.GraphProto:
+    """A Loop body of one Tanh on a [1] float carried value (``h_in`` → ``h_out``): the
+    slowest-per-byte step a graph can wait on, for a model made slow by its trip count."""
+    return helper.make_graph(
+        [helper.make_node("Tanh", ["h_in"], ["h_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1])])
+
+
 def make_slow_model(path: Path, trip_count: int) -> Path:
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((64, 64)) * 0.1).astype(np.float32)
