@@ -246,6 +246,41 @@ def test_throughput_splits_a_batch_over_streams_and_latency_does_not(tmp_path: P
 
 
 @needs_ov
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_waiting_rows_batch_in_multiples_of_the_streams(make_daemon: Any, tmp_path: Path,
+                                                        backend: str) -> None:
+    """Three rows wait while a batch computes. ORT (one batch over every core) takes all
+    three; OpenVINO with 2 streams takes two (1 + 1 in parallel) and the third next,
+    instead of 2 + 1 with a stream idle for half the batch."""
+    from support.daemons import received
+    from support.slow_model import make_slow_model
+    from support.waits import wait_computing
+
+    from edged.client import build_infer
+
+    slow = make_slow_model(tmp_path / "slow.onnx", 20_000)
+    opts = {"streams": 2, "threads": 2, "cache_dir": tmp_path / "ov-cache"}
+    table = model_table("slow", [variant("loop", slow, backend=backend,
+                                         options=opts if backend == "openvino" else None)],
+                        max_batch_size=4)
+    d = make_daemon(digits_config(tmp_path, extra_models=table), metrics=True)
+    x, busy = np.zeros((1, 64), np.float32), np.full((1, 64), 150_000, np.float32)
+    with d.client(timeout_s=60) as c:
+        for i in range(2):
+            assert c.call(*build_infer("slow", x, id=f"warm{i}")).ok
+        before = received(d)
+        c.send(*build_infer("slow", busy, id="A"))
+        wait_computing(d, "slow", since=before)
+        for rid in "BCD":
+            c.send(*build_infer("slow", x, id=rid))
+        got = {r.header["id"]: r.header for r in (c.recv(60) for _ in range(4))}
+    assert all(h["status"] == "OK" for h in got.values()), got
+    assert got["A"]["timing"]["batch"] == 1
+    batches = sorted(got[rid]["timing"]["batch"] for rid in "BCD")
+    assert batches == ([3, 3, 3] if backend == "onnxruntime" else [1, 2, 2]), got
+
+
+@needs_ov
 def test_static_batch_ir_is_padded_and_split_by_run_batch(tmp_path: Path) -> None:
     """An IR reshaped to batch 4 declares batch_sizes (4,): run_batch pads 3 rows up and
     splits 6 into 4 + 2 (padded), and the rows come back as ONNX Runtime's."""

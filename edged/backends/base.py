@@ -58,6 +58,10 @@ class Backend(abc.ABC):
     #: ``run`` accepts, ascending (TVM per-batch libraries, a TensorRT profile's range).
     #: ``run`` is then only ever called with one of them: see ``run_batch``.
     batch_sizes: tuple[int, ...] | None = None
+    #: ``run`` splits a batch into this many parts computed in parallel (1: the runtime
+    #: uses every core on the whole batch); the batcher then prefers batches of a
+    #: multiple of it (``edged.batching.cap.BatchCap.take``)
+    batch_multiple: int = 1
     info: BackendInfo
 
     @abc.abstractmethod

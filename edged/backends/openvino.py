@@ -20,8 +20,9 @@ docs/configuration.md, "backend = openvino"):
   event loop, ZeroMQ and the decode pool share those cores.
 - **Hint by how the model is batched.** A model batched up to ``max_batch_size > 1``
   compiles for THROUGHPUT (one stream per core or two) and ``run`` splits a batch over
-  the streams' infer requests in parallel; a batch-1 model compiles for LATENCY (one
-  stream using every thread).
+  the streams' infer requests in parallel (``batch_multiple``: the batcher then forms
+  batches of a multiple of the streams when it can); a batch-1 model compiles for
+  LATENCY (one stream using every thread).
 - **Inputs without a copy.** Batches are handed over with ``share_inputs=True``: the
   request reads the caller's array in place (every call shares, so a request never
   writes into a caller's array, the pitfall of mixing the two modes).
@@ -212,6 +213,7 @@ class OpenVinoBackend(Backend):
         self.batch_sizes = (min(static),) if static else None
         n_requests = max(1, int(c.get_property(props.optimal_number_of_infer_requests)))
         self._requests = [c.create_infer_request() for _ in range(n_requests)]
+        self.batch_multiple = 1 if self.batch_sizes else n_requests
         read = _read_back(c)
         self.info = BackendInfo(
             backend=self.kind,

@@ -161,7 +161,8 @@ class Batcher:
         self._cancel_hold()
         self.throttle.use_slot(now)
         batch: list[Pending] = []
-        self.queue.take(batch, 0, m.cap)
+        cap = m.cap if self.cap.multiple == 1 else self.cap.take(self.queue.ready_rows(m.cap))
+        self.queue.take(batch, 0, cap)
         # Nothing computed for a while: let one request through to re-learn the time.
         probe = now - self.last_progress > PROBE_AFTER_S
         return self.queue.drop_late(batch, self._ewma_compute_s or 0.0, probe)

@@ -163,6 +163,21 @@ class RequestQueue:
                     return p
         return None
 
+    def ready_rows(self, cap: int) -> int:
+        """The rows ``take`` would move into an empty batch now, without moving them."""
+        key, rows = None, 0
+        for prio in sorted(self._queues):
+            for p in self._queues[prio]:
+                if p.done or (key is not None and p.key != key):
+                    continue
+                if rows and rows + p.rows > cap:
+                    break
+                rows += p.rows
+                key = p.key
+            if rows >= cap:
+                break
+        return rows
+
     def take(self, batch: list[Pending], rows: int, cap: int) -> int:
         """Move queued compatible requests into ``batch`` (priority order, FIFO within)
         up to ``cap`` rows; returns the rows now in it."""

@@ -154,7 +154,8 @@ class LiveVariant:
             try:
                 tight = False
                 if held is not None:  # opened and checked already: a switch
-                    self.loaded, self.cap.tuned = held, held.batch_cap
+                    self.loaded = held
+                    self.cap.for_variant(held.batch_cap, held.backend.batch_multiple)
                     self.record.active(v, held.digest)
                 else:
                     ref = await asyncio.to_thread(self._reference_for, index)
@@ -265,7 +266,7 @@ class LiveVariant:
             except Exception:
                 # Put the old variant back: reload it the same way.
                 self.loaded = await asyncio.to_thread(self._open, cur.index)
-                self.cap.tuned = self.loaded.batch_cap
+                self.cap.for_variant(self.loaded.batch_cap, self.loaded.backend.batch_multiple)
                 raise
             self._activate(loaded)
         finally:
@@ -273,7 +274,7 @@ class LiveVariant:
 
     def _activate(self, loaded: Loaded) -> None:
         self.loaded = loaded
-        self.cap.tuned = loaded.batch_cap
+        self.cap.for_variant(loaded.batch_cap, loaded.backend.batch_multiple)
         self.record.loaded(loaded)
 
     def _load_failed(self, v: VariantConfig, e: Exception) -> None:

@@ -69,14 +69,15 @@ def in_process(cfg_path: Path, max_batch: int, seconds: float) -> float:
         backend.close()
 
 
-def served(cfg_path: Path, work: Path, clients: int, seconds: float) -> dict[str, Any]:
+def served(cfg_path: Path, work: Path, clients: int, seconds: float,
+           transport: str = "socket") -> dict[str, Any]:
     d = Daemon(cfg_path, work)
     try:
         with d.client() as c:
             meta = next(m for m in c.models().header["models"])
         args = argparse.Namespace(model=meta["name"], input="random", file=None,
                                   endpoint=d.ipc, clients=clients, in_flight=1,
-                                  duration=seconds, transport="socket", protocol="native")
+                                  duration=seconds, transport=transport, protocol="native")
         header, frames = request(meta, args)
         drive(args, header, frames, "warm-up")
         return drive(args, header, frames, f"served {meta['name']}")
@@ -92,6 +93,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10.0, help="per measurement")
     ap.add_argument("--rung", action="append", help="only these rungs (by name)")
+    ap.add_argument("--transport", choices=("socket", "shm"), default="socket",
+                    help="how the clients hand over inputs: in the message, or in shared "
+                         "memory (the client's copy is then one memcpy)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     info = machine_info()
@@ -115,7 +119,8 @@ def main() -> int:
                 cfg = one_rung_config(Path(tmp) / f"{r['name']}.toml", model, r, a.ladder,
                                       a.max_batch)
                 rows[r["name"]]["in_process"].append(in_process(cfg, a.max_batch, a.seconds))
-                s = served(cfg, Path(tmp) / f"d-{r['name']}-{rnd}", a.clients, a.seconds)
+                s = served(cfg, Path(tmp) / f"d-{r['name']}-{rnd}", a.clients, a.seconds,
+                           a.transport)
                 rows[r["name"]]["served"].append(s["throughput"])
                 rows[r["name"]]["p99_ms"].append(s["p99_ms"])
             print(f"round {rnd + 1}: raw ORT fp32 {raw[-1]:.1f}/s; " + "; ".join(
