@@ -27,6 +27,7 @@ from support.digits import X, Y, tensor
 from support.paths import MODELS
 
 from edged.delivery.bundle import pack
+from edged.delivery.rungs import artifact
 from edged.delivery.sources import open_source
 from edged.delivery.trust import sign
 
@@ -112,16 +113,20 @@ def test_a_version_without_rungs_gets_them_built_here_and_served_on_its_ladder(
         r = d.ctl({"op": "pull", "model": "digits"}, timeout=300)
         assert r["status"] == "OK", r
         rungs = r["delivery"]["rungs"]
-        assert rungs["state"] == "offered" and rungs["ladder"][:2] == ["fp32", "int8"], rungs
+        # Equal-quality INT8 rungs are chosen by speed on this machine (docs/compile.md):
+        # ORT's or OpenVINO's, whichever measured faster here.
+        assert rungs["state"] == "offered" and rungs["ladder"][0] == "fp32", rungs
+        assert rungs["ladder"][1] in ("int8", "ov-int8"), rungs
         (m,) = d.ctl({"op": "models"})["models"]
-        assert m["variants"][:2] == ["cnn-fp32@v2", "cnn-fp32-int8@v2"], m["variants"]
+        second = f"cnn-fp32-{rungs['ladder'][1]}@v2"
+        assert m["variants"][:2] == ["cnn-fp32@v2", second], m["variants"]
         version = next((tmp_path / "state" / "store" / "versions").iterdir())
-        assert (version / "cnn-fp32.int8.onnx").is_file()
+        assert artifact(version / "cnn-fp32.onnx", rungs["ladder"][1]).is_file()
         assert (version / "cnn-fp32.ladder.json").is_file()
         # the governor's ladder is the version's: the rung is checked and swapped to
-        s = d.ctl({"op": "swap", "model": "digits", "variant": "cnn-fp32-int8@v2"})
+        s = d.ctl({"op": "swap", "model": "digits", "variant": second})
         assert s["status"] == "OK", s
-        assert answering(d) == "cnn-fp32-int8@v2"
+        assert answering(d) == second
         assert "building rungs" in d.log() and "nice 19" in d.log()
     finally:
         d.stop()
