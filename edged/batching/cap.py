@@ -5,8 +5,9 @@ model's ``max_batch_size`` (the config, fixed); ``tuned``, the best batch measur
 this device for the active variant (``edged.model.live_variant`` sets it when a variant
 goes live, from ``auto_batch`` profiling); ``throttled``, the governor's level (set
 through ``Model.set_throttle`` by ``edged.server.governing``). The batcher reads
-``value``, and ``take`` when the backend computes a batch in parallel parts. A backend compiled for fixed sizes still takes any batch up to it:
-``edged.backends.base.run_batch`` pads or splits, which is how a batch runs, not a cap.
+``value``, and ``take`` when the backend computes a batch in parallel parts. A backend
+compiled for fixed sizes still takes any batch up to it: ``edged.backends.base.run_batch``
+pads or splits, which is how a batch runs, not a cap.
 
 ``multiple`` is the live backend's ``batch_multiple``: how many parts it splits a batch
 into to compute them in parallel (OpenVINO's THROUGHPUT streams). A batch of 3 rows on 2

@@ -164,7 +164,8 @@ class RequestQueue:
         return None
 
     def ready_rows(self, cap: int) -> int:
-        """The rows ``take`` would move into an empty batch now, without moving them."""
+        """The rows ``take`` would move into an empty batch now, without moving them (the
+        same walk: priority order, the head's key, stopping at the first that overflows)."""
         key, rows = None, 0
         for prio in sorted(self._queues):
             for p in self._queues[prio]:
