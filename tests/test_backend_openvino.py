@@ -278,6 +278,8 @@ def test_waiting_rows_batch_in_multiples_of_the_streams(make_daemon: Any, tmp_pa
     assert got["A"]["timing"]["batch"] == 1
     batches = sorted(got[rid]["timing"]["batch"] for rid in "BCD")
     assert batches == ([3, 3, 3] if backend == "onnxruntime" else [1, 2, 2]), got
+    slow_entry = next(m for m in d.ctl({"op": "models"})["models"] if m["name"] == "slow")
+    assert slow_entry["batch_multiple"] == (1 if backend == "onnxruntime" else 2), slow_entry
 
 
 @needs_ov

@@ -1,7 +1,7 @@
-"""Batching options, off by default: ``batch_window`` (after a batch, a
-short queue is held so the clients just answered can join the next batch; a request
-reaching an idle model is never held) and ``inline_max_ms`` (a lone request on an idle
-model computes on the event loop: two thread hand-offs fewer, the loop blocked meanwhile).
+"""Batching options, off by default: ``batch_window`` (after a batch, the next is held
+until the clients just answered are back, for at most the window; a lone client is
+never held) and ``inline_max_ms`` (a lone request on an idle model computes on the event
+loop: two thread hand-offs fewer, the loop blocked meanwhile).
 
 A real daemon and the slow ONNX model (its Loop keeps ORT busy for a known while)."""
 
@@ -61,6 +61,31 @@ def test_batch_window_lets_the_answered_client_join_the_next_batch(
         assert r["B"]["timing"]["batch"] == r["C"]["timing"]["batch"] == 2, r
     else:
         assert r["B"]["timing"]["batch"] == 1, r  # B started the moment A finished
+
+
+def test_batch_window_holds_for_every_client_a_batch_answered(
+        make_daemon: Any, tmp_path: Path) -> None:
+    """A batch of two completes with nothing waiting: its two clients send again, the
+    second a moment after the first. The first is held for the second (one batch of
+    two), not started alone on the idle model with the second behind it."""
+    d = make_daemon(window_config(tmp_path, 1.0), metrics=True)
+    with d.client(timeout_s=30) as c:
+        for i in range(2):  # the batcher learns the compute time
+            c.call(*build_infer("slow", X, id=f"warm{i}"))
+        before = received(d)
+        c.send(*build_infer("slow", X, id="A"))
+        wait_computing(d, "slow", since=before)
+        for rid in ("B", "C"):
+            c.send(*build_infer("slow", X, id=rid))
+        first = {r.header["id"]: r.header for r in (c.recv(30), c.recv(30), c.recv(30))}
+        assert first["B"]["timing"]["batch"] == first["C"]["timing"]["batch"] == 2, first
+        compute_s = first["B"]["timing"]["compute_us"] / 1e6
+        c.send(*build_infer("slow", X, id="B2"))
+        time.sleep(min(0.02, compute_s / 4))  # well inside the window (one compute time)
+        c.send(*build_infer("slow", X, id="C2"))
+        again = {r.header["id"]: r.header for r in (c.recv(30), c.recv(30))}
+    assert all(h["status"] == "OK" for h in again.values()), again
+    assert again["B2"]["timing"]["batch"] == again["C2"]["timing"]["batch"] == 2, again
 
 
 def test_batch_window_must_be_a_fraction(tmp_path: Path) -> None:

@@ -234,7 +234,7 @@ class Batcher:
             a = 0.2
             self._ewma_compute_s = compute_s if self._ewma_compute_s is None else (
                 (1 - a) * self._ewma_compute_s + a * compute_s)
-        self.policy.completed(self._moment(now))
+        self.policy.completed(self._moment(now), len(batch))
         self._completing = True  # this batch's replies are not sent yet: no inline compute
         try:
             self._kick()  # the backend never waits for replies to be sent

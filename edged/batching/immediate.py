@@ -19,7 +19,7 @@ class Immediate:
     def hold_until(self, m: Moment) -> float:
         return m.now
 
-    def completed(self, m: Moment) -> None:
+    def completed(self, m: Moment, answered: int) -> None:
         pass
 
     def inline(self, batch: list[Pending], m: Moment) -> bool:

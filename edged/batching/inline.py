@@ -30,8 +30,8 @@ class Inline:
     def hold_until(self, m: Moment) -> float:
         return self.when.hold_until(m)
 
-    def completed(self, m: Moment) -> None:
-        self.when.completed(m)
+    def completed(self, m: Moment, answered: int) -> None:
+        self.when.completed(m, answered)
 
     def inline(self, batch: list[Pending], m: Moment) -> bool:
         p = batch[0]

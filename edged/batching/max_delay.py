@@ -25,7 +25,7 @@ class MaxDelay:
             return m.now
         return m.head_arrival + self.delay_s
 
-    def completed(self, m: Moment) -> None:
+    def completed(self, m: Moment, answered: int) -> None:
         pass
 
     def inline(self, batch: list[Pending], m: Moment) -> bool:

@@ -46,8 +46,9 @@ class Policy(Protocol):
         start it now). The batcher looks again when a request arrives or the time comes."""
         ...
 
-    def completed(self, m: Moment) -> None:
-        """A batch just completed; ``m`` is the queue as it stands after it."""
+    def completed(self, m: Moment, answered: int) -> None:
+        """A batch of ``answered`` requests just completed; ``m`` is the queue as it
+        stands after it."""
         ...
 
     def inline(self, batch: list[Pending], m: Moment) -> bool:
