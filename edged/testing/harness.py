@@ -17,13 +17,28 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def pinned(cores: set[int] | None) -> Iterator[None]:
+    """This process on ``cores`` for the block (None: as it is): what it starts meanwhile
+    (a daemon, client processes, a measuring child) inherits them and keeps them after."""
+    if cores is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def free_port() -> int:

@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from edged.testing import configs as harness_config  # noqa: E402
 from edged.testing.configs import model_table, variant  # noqa: E402
-from edged.testing.harness import Daemon  # noqa: E402
+from edged.testing.harness import Daemon, pinned  # noqa: E402
 
 CACHE = ROOT / ".cache" / "bench-models"
 QUIET = 0.3
@@ -209,8 +209,7 @@ def run_matrix(a: argparse.Namespace) -> list[Row]:
         n += 1
         if a.only and a.only not in what:
             return
-        os.sched_setaffinity(0, cores)  # the daemon, the floors and the clients inherit it
-        try:
+        with pinned(cores):  # the daemon, the floors and the clients inherit them
             load = os.getloadavg()[0]
             print(f"== row {n}: {what}, {model.name}, {s.name}, {len(cores)} core(s), "
                   f"load {load:.2f}", flush=True)
@@ -229,8 +228,6 @@ def run_matrix(a: argparse.Namespace) -> list[Row]:
                 rows.append(r)
             finally:
                 d.stop()
-        finally:
-            os.sched_setaffinity(0, all_cores)
 
     two, one = all_cores, {min(all_cores)}
     floor = ["--floor", "--raw", str(a.fp32), "--clients", str(a.clients)]

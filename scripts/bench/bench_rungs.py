@@ -30,7 +30,6 @@ one each); ``--batch-window`` serves the rung with that ``batch_window``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -39,7 +38,6 @@ import sys
 import tempfile
 import tomllib
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +50,7 @@ from edged.compile.bench import measure  # noqa: E402
 from edged.config.file import load_config  # noqa: E402
 from edged.model.artifact import open_artifact  # noqa: E402
 from edged.testing.configs import model_table, variant, write_config  # noqa: E402
-from edged.testing.harness import Daemon, machine_info, say_machine  # noqa: E402
+from edged.testing.harness import Daemon, machine_info, pinned, say_machine  # noqa: E402
 
 
 def rung_configs(ladder: Path) -> tuple[dict[str, Any], list[dict[str, Any]], Path]:
@@ -72,21 +70,6 @@ def one_rung_config(path: Path, model: dict[str, Any], rung: dict[str, Any],
     table = model_table(model["name"], [v], max_batch_size=max_batch, max_queue=512,
                         batch_window=batch_window or None, preprocess=extra.get("preprocess"))
     return write_config(path, models=[table])
-
-
-@contextlib.contextmanager
-def pinned(cores: set[int] | None) -> Iterator[None]:
-    """This process on ``cores`` for the block: what it starts meanwhile (a daemon, client
-    processes, a measuring child) inherits them and keeps them after."""
-    if cores is None:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cores)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 def _in_process_child(cfg_path: Path, batches: list[int], seconds: float, out: Any) -> None:
