@@ -35,8 +35,9 @@ class Window:
 
     def completed(self, m: Moment, answered: int) -> None:
         self._target = min(m.cap, m.waiting + answered)
-        open_ = m.waiting < self._target and m.compute_s
-        self._until = m.now + self.fraction * m.compute_s if open_ and m.compute_s else 0.0
+        self._until = 0.0
+        if m.compute_s and m.waiting < self._target:
+            self._until = m.now + self.fraction * m.compute_s
 
     def inline(self, batch: list[Pending], m: Moment) -> bool:
         return False
