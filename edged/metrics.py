@@ -9,6 +9,9 @@ docs/metrics.md lists every metric.
 from __future__ import annotations
 
 import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -24,6 +27,57 @@ from prometheus_client import (
 
 from edged import __version__
 
+#: how often the lifecycle applies the request path's pending metric updates at the latest
+FLUSH_S = 0.5
+
+#: an update the request path leaves for later: a series' method and its argument
+Update = tuple[Callable[[Any], None], Any]
+
+
+class Later:
+    """Metric updates made on a request's path, applied after its reply is sent.
+
+    Why: a prometheus_client ``inc``/``observe``/``set`` takes a lock and costs a few
+    Python calls; a lone request made ~15 of them between its receipt and its reply, on
+    the thread that replies (docs/architecture.md, "The hot path"). The request path
+    appends ``(series method, value)`` here instead (``add``: ``deque.append``, one C
+    call, no lock), and the updates are applied in bulk: before every scrape (``Flush``
+    is the registry's first collector), before the daemon reads a series itself
+    (``Metrics.flush``), and every ``FLUSH_S`` by the lifecycle. A scrape right after a
+    reply therefore still counts it. ``deque.append`` and ``popleft`` are atomic, so the
+    loop may add while the scrape thread flushes; the lock keeps two flushes from
+    interleaving one series' updates (a gauge's last ``set`` wins, in order)."""
+
+    def __init__(self) -> None:
+        self._updates: deque[Update] = deque()
+        self.add: Callable[[Update], None] = self._updates.append
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._updates)
+
+    def flush(self) -> None:
+        updates = self._updates
+        pop = updates.popleft
+        with self._lock:
+            while updates:
+                fn, value = pop()
+                fn(value)
+
+
+class Flush:
+    """The registry's first collector: applies the updates ``Later`` holds, yields nothing."""
+
+    def __init__(self, later: Later) -> None:
+        self.later = later
+
+    def describe(self) -> Iterable[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        self.later.flush()
+        return []
+
 # Edge inference latencies: ~exponential from 100 µs to 10 s, with extra resolution
 # around common frame budgets (33 ms = 30 fps, 50 ms = 20 fps).
 LATENCY_BUCKETS = (
@@ -36,6 +90,9 @@ BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        #: updates from the request path, applied after the reply (``Later``)
+        self.later = Later()
+        r.register(Flush(self.later))  # first: every scrape sees what was answered
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         Info("edged_build", "edged version", registry=r).info({"version": __version__})
@@ -168,6 +225,10 @@ class Metrics:
             "edged_inflight_requests", "Requests received and not yet answered", registry=r)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+
+    def flush(self) -> None:
+        """Apply the request path's pending updates (before reading a series in-process)."""
+        self.later.flush()
 
     def set_active(self, model: str, variant: str, backend: str,
                    sha256: str | None = None) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from edged.batching.cap import BatchCap
 from edged.batching.policy import Moment, Policy
-from edged.batching.queue import Compute, Pending, RequestQueue, Result
+from edged.batching.queue import Compute, Pending, PerRequest, RequestQueue, Result
 from edged.batching.throttle import Throttle
 from edged.errors import EdgedError, Unavailable
 
@@ -70,8 +70,9 @@ class Batcher:
         self._hold: asyncio.TimerHandle | None = None
         self._ewma_compute_s: float | None = None
         self.busy = False  # a batch is computing
-        self._idle = asyncio.Event()
-        self._idle.set()
+        #: callers of ``idle()`` waiting for the batch computing now (none, nearly always:
+        #: a swap waits here; a batch that completes wakes them)
+        self._idle_waiters: list[asyncio.Future[None]] = []
         self._running: list[Pending] = []
         self.last_progress = time.monotonic()  # watchdog: when the worker last moved
 
@@ -112,7 +113,10 @@ class Batcher:
     async def idle(self) -> None:
         """Wait until no batch is computing."""
         while self.busy:
-            await self._idle.wait()
+            assert self._loop is not None
+            fut = self._loop.create_future()
+            self._idle_waiters.append(fut)
+            await fut
 
     def fail_all(self, err: EdgedError) -> None:
         """Answer every queued request *and* the batch computing now with ``err``.
@@ -125,7 +129,23 @@ class Batcher:
         self._cancel_hold()
 
     def submit(self, p: Pending) -> None:
-        """Queue ``p`` (or raise why not) and start a batch if the backend is free."""
+        """Queue ``p`` (or raise why not) and start a batch if the backend is free.
+
+        The express lane: a lone request on an idle model (nothing computing, nothing
+        queued, no rate cap or shedding, its deadline within reach) that the policy would
+        compute inline is computed at once, without being queued and taken back: the
+        thread that received it computes it and sends its reply (docs/architecture.md,
+        "The hot path")."""
+        if not self.busy and not self.queue.depth and not self._paused and self._loop:
+            throttle = self.throttle
+            if (throttle.max_rate_hz is None and throttle.shed_priority_above is None
+                    and self.queue.accepting):
+                now = time.monotonic()
+                m = self._moment(now)
+                late = p.deadline is not None and now + (m.compute_s or 0.0) > p.deadline
+                if not late and self.policy.hold_until(m) <= now and self.policy.inline([p], m):
+                    self._compute_inline([p])
+                    return
         self.queue.put(p)
         self._kick()
 
@@ -194,16 +214,15 @@ class Batcher:
     def _compute_inline(self, batch: list[Pending]) -> None:
         """Compute on the loop thread (``inline_max_ms``); finish as a worker batch does."""
         start = self._begin(batch)
-        f: Future[Any] = Future()
         try:
-            f.set_result(self.compute(batch))
-        except Exception as e:
-            f.set_exception(e)
-        self._complete(batch, start, f)
+            done = self.compute(batch)
+        except BaseException as e:
+            self._complete(batch, start, None, e)
+        else:
+            self._complete(batch, start, done, None)
 
     def _begin(self, batch: list[Pending]) -> float:
         self.busy = True
-        self._idle.clear()
         self._running = batch
         start = self.last_progress = time.monotonic()
         return start
@@ -214,23 +233,37 @@ class Batcher:
         start = self._begin(batch)
         fut = self.executor.submit(self.compute, batch)
         fut.add_done_callback(
-            lambda f: loop.call_soon_threadsafe(self._complete, batch, start, f))
+            lambda f: loop.call_soon_threadsafe(self._computed, batch, start, f))
 
-    def _complete(self, batch: list[Pending], start: float, f: Any) -> None:
-        """Back on the loop: start the next batch first, then answer this one."""
+    def _computed(self, batch: list[Pending], start: float, f: Future[Any]) -> None:
+        """Back on the loop from the worker with the batch's future."""
+        e = f.exception()
+        self._complete(batch, start, None if e is not None else f.result(), e)
+
+    def _complete(self, batch: list[Pending], start: float,
+                  done: tuple[str, list[PerRequest], float] | None,
+                  failure: BaseException | None) -> None:
+        """On the loop: start the next batch first, then answer this one (``done``: what
+        ``compute`` returned; else ``failure``: what it raised)."""
         self.busy = False
         self._running = []
         now = self.last_progress = time.monotonic()
-        self._idle.set()
+        if self._idle_waiters:
+            waiters, self._idle_waiters = self._idle_waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
         err: EdgedError | None = None
-        try:
-            variant, outs, compute_s = f.result()
-        except EdgedError as e:
-            err = e
-        except BaseException as e:  # backend bug: fail this batch only, keep serving
-            log.error("model %s: batch of %d failed", self.model, len(batch), exc_info=e)
-            err = EdgedError(f"inference failed: {type(e).__name__}: {e}")
-        if err is None:
+        if failure is not None:
+            if isinstance(failure, EdgedError):
+                err = failure
+            else:  # backend bug: fail this batch only, keep serving
+                log.error("model %s: batch of %d failed", self.model, len(batch),
+                          exc_info=failure)
+                err = EdgedError(f"inference failed: {type(failure).__name__}: {failure}")
+        else:
+            assert done is not None
+            variant, outs, compute_s = done
             a = 0.2
             self._ewma_compute_s = compute_s if self._ewma_compute_s is None else (
                 (1 - a) * self._ewma_compute_s + a * compute_s)

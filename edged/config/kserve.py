@@ -131,6 +131,8 @@ class OffloadConfig:
         return self.url.split("://", 1)[1].rstrip("/")
 
     def for_model(self, name: str) -> OffloadModel | None:
+        if not self.models:  # asked for every request: nothing to search, nearly always
+            return None
         return next((m for m in self.models if m.model == name), None)
 
 

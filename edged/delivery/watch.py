@@ -74,6 +74,7 @@ class Window:
 def read(metrics: Any, model: str) -> Reading:
     """One reading of ``model``'s counters (every variant) and latency histogram."""
     statuses: dict[str, float] = {}
+    metrics.flush()
     for metric in metrics.requests.collect():
         for s in metric.samples:
             if s.name.endswith("_total") and s.labels.get("model") == model:

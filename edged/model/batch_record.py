@@ -32,23 +32,27 @@ class BatchRecord:
         self.usage = usage
         self.power_w = power_w  # the board's power now (None: not measured), for energy
         metrics.queue_capacity.labels(model).set(queue.max_queue)
-        #: the queue's depth: set after each batch here, and by the model per request
-        self.queue_depth = metrics.queue_depth.labels(model)
-        self._batch_size = metrics.batch_size.labels(model)
-        self._compute: dict[str, Any] = {}  # variant -> its compute_duration series
+        #: the queue depth gauge's ``set``: after each batch here, and by the model per
+        #: request, both through ``later`` (``edged.metrics.Later``)
+        self.queue_depth = metrics.queue_depth.labels(model).set
+        self._later = metrics.later.add
+        self._batch_size = metrics.batch_size.labels(model).observe
+        self._compute: dict[str, Any] = {}  # variant -> its compute_duration ``observe``
         #: when a batch was last computed (None: never)
         self.last: float | None = None
 
     def computed(self, variant: str, rows: int, compute_s: float, batch: list[Pending]) -> None:
-        """A batch of ``rows`` ran on ``variant`` in ``compute_s`` (the batcher's ``on_batch``)."""
+        """A batch of ``rows`` ran on ``variant`` in ``compute_s`` (the batcher's ``on_batch``).
+        The series are updated after the batch's replies (``edged.metrics.Later``)."""
         self.last = time.monotonic()
-        series = self._compute.get(variant)
-        if series is None:
-            series = self._compute[variant] = self.metrics.compute_duration.labels(
-                self.model, variant)
-        series.observe(compute_s)
-        self._batch_size.observe(rows)
-        self.queue_depth.set(self.queue.depth)
+        observe = self._compute.get(variant)
+        if observe is None:
+            observe = self._compute[variant] = self.metrics.compute_duration.labels(
+                self.model, variant).observe
+        later = self._later
+        later((observe, compute_s))
+        later((self._batch_size, rows))
+        later((self.queue_depth, self.queue.depth))
         self.usage.computed(variant, rows, compute_s)
         if self.power_w is not None:
             w = self.power_w()

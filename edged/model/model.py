@@ -75,6 +75,7 @@ class Model:
         self._batches = BatchRecord(cfg.name, metrics, self._batcher.queue, self.usage, power_w)
         self._batcher.on_batch = self._batches.computed
         self._m_queue_depth = self._batches.queue_depth  # set per request: looked up once
+        self._later = metrics.later.add
         #: a candidate version's shadow (``edged.delivery.shadow``): offered each computed
         #: batch after the fact; it never delays one
         self.shadow: Any = None
@@ -231,7 +232,7 @@ class Model:
         try:
             self._batcher.submit(p)
         finally:
-            self._m_queue_depth.set(self._batcher.depth)
+            self._later((self._m_queue_depth, self._batcher.depth))
 
     def detections_header(self, detections: np.ndarray | None = None) -> dict[str, Any]:
         """``columns`` and ``labels`` for a reply's detections (empty for a tensor head)."""

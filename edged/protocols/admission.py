@@ -77,6 +77,8 @@ class Admission:
         self.state = state
         self._inflight: dict[bytes, int] = {}  # client -> requests admitted, not answered
         self._ok: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+        self._later = state.metrics.later.add  # the request path's metric updates
+        self._inflight_gauge = state.metrics.inflight
 
     def check_size(self, frames: Sequence[Any]) -> None:
         """RESOURCE_EXHAUSTED when a message is over ``[server.limits] max_message_bytes``."""
@@ -101,7 +103,7 @@ class Admission:
                 raise ResourceExhausted(f"this client has {n} requests in flight; the limit "
                                         f"is {cap}")
             self._inflight[client] = n + 1
-        self.state.metrics.inflight.inc()
+        self._later((self._inflight_gauge.inc, 1))
         if isinstance(model, Model):
             model.admitted()
         return Ticket(model, received, respond, client)
@@ -157,9 +159,10 @@ class Admission:
         model = ticket.model
         if isinstance(outcome, Result):
             requests, duration, queued = self._ok_series(model.name, outcome.variant)
-            requests.inc()
-            duration.observe(time.monotonic() - ticket.received)
-            queued.observe(outcome.queue_s)
+            later = self._later
+            later((requests, 1))
+            later((duration, time.monotonic() - ticket.received))
+            later((queued, outcome.queue_s))
         else:
             self.state.metrics.requests.labels(model.name, model.active_variant,
                                                outcome.status).inc()
@@ -180,14 +183,15 @@ class Admission:
                 self._inflight[ticket.client] = n
             else:
                 self._inflight.pop(ticket.client, None)
-        self.state.metrics.inflight.dec()
+        self._later((self._inflight_gauge.dec, 1))
 
     def _ok_series(self, model: str, variant: str) -> tuple[Any, Any, Any]:
-        """requests_total{status=OK}, request and queue duration: looked up once each."""
+        """requests_total{status=OK}'s ``inc``, request and queue duration's ``observe``:
+        looked up once each (applied later: ``edged.metrics.Later``)."""
         s = self._ok.get((model, variant))
         if s is None:
             m = self.state.metrics
-            s = self._ok[(model, variant)] = (m.requests.labels(model, variant, "OK"),
-                                              m.request_duration.labels(model),
-                                              m.queue_duration.labels(model))
+            s = self._ok[(model, variant)] = (m.requests.labels(model, variant, "OK").inc,
+                                              m.request_duration.labels(model).observe,
+                                              m.queue_duration.labels(model).observe)
         return s

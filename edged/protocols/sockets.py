@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections import deque
@@ -52,6 +53,9 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _MORE_NOBLOCK = int(zmq.SNDMORE) | _NOBLOCK
 _POLLIN = int(zmq.POLLIN)
 _POLLOUT = int(zmq.POLLOUT)
+_EVENTS = int(zmq.EVENTS)
+#: libzmq's send as pyzmq's Cython socket has it (``Router._send`` says why)
+_zmq_send = zmq.backend.Socket.send
 
 
 class Router:
@@ -73,6 +77,8 @@ class Router:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: deque[list[Any]] = deque()
         self._looking = False
+        self._reading = False  # ``_ready`` is reading: it looks at EVENTS again itself
+        self._raw_send = functools.partial(_zmq_send, sock)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -81,29 +87,38 @@ class Router:
 
     def waiting(self) -> bool:
         """A message waits to be read (asked by a batcher that may compute inline)."""
-        return bool(self.sock.getsockopt(zmq.EVENTS) & _POLLIN)
+        return bool(self.sock.get(_EVENTS) & _POLLIN)
 
     def send(self, envelope: list[bytes], frames: list[Any]) -> None:
-        """Queue a reply without waiting; a failure is logged, never raised."""
+        """Queue a reply without waiting; a failure is logged, never raised.
+
+        A send may take the descriptor's edge for a message that arrived meanwhile: a send
+        made while ``_ready`` reads (a reply computed inline) leaves the next look to its
+        loop; any other looks at ``EVENTS`` itself and schedules ``_ready`` only when
+        something waits (not one more turn of the event loop per reply)."""
         msg = [*envelope, *frames]
         if self._pending or not self._send(msg):
             if not self._pending:
                 log.debug("router %s: a client is past its high-water mark; its replies "
                           "wait in order", self.endpoint)
             self._pending.append(msg)
-        self._look()
+            self._look()
+        elif not self._reading and self.sock.get(_EVENTS) & _POLLIN:
+            self._look()
 
     def _send(self, msg: list[Any]) -> bool:
         """Sent (or failed for good, logged); False: the socket cannot take it now.
 
         Frame by frame, as ``send_multipart`` does, without its per-frame checks: only
-        the first frame can meet the high-water mark (libzmq counts whole messages)."""
-        send = self.sock.send
+        the first frame can meet the high-water mark (libzmq counts whole messages).
+        libzmq's own send (pyzmq's Cython method): pyzmq's Python ``send`` around it only
+        handles options a reply never uses."""
+        send = self._raw_send
         try:
             last = len(msg) - 1
             for i, part in enumerate(msg):
                 big = getattr(part, "nbytes", 0) >= COPY_BELOW
-                send(part, _NOBLOCK if i == last else _MORE_NOBLOCK, copy=not big)
+                send(part, _NOBLOCK if i == last else _MORE_NOBLOCK, not big)
         except zmq.Again:
             return False
         except zmq.ZMQError as e:
@@ -118,10 +133,17 @@ class Router:
 
     def _ready(self) -> None:
         self._looking = False
+        self._reading = True
+        try:
+            self._read()
+        finally:
+            self._reading = False
+
+    def _read(self) -> None:
         sock = self.sock
         try:
             for _ in range(BURST):
-                events = sock.getsockopt(zmq.EVENTS)
+                events = sock.get(_EVENTS)
                 if self._pending and events & _POLLOUT:
                     while self._pending and self._send(self._pending[0]):
                         self._pending.popleft()

@@ -124,6 +124,7 @@ class Health:
 
 def latency(metrics: Metrics, model: str) -> dict[str, Any]:
     """p50/p99 request latency from the histogram buckets (since start)."""
+    metrics.flush()
     h = metrics.request_duration.labels(model)
     buckets = [(float(b), c) for b, c in _bucket_counts(h)]
     total = buckets[-1][1] if buckets else 0

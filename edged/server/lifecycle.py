@@ -26,7 +26,7 @@ from edged.errors import ConfigError, StartupError
 from edged.host import memory, threadplan
 from edged.host.runtime_dir import resolve_runtime_dir
 from edged.host.systemd import Notifier
-from edged.metrics import Metrics
+from edged.metrics import FLUSH_S, Metrics
 from edged.model.preopen import discard_preopened
 from edged.model.registry import Registry
 from edged.protocols.frigate.room import FrigateRoom
@@ -106,6 +106,7 @@ class Server:
             # What start-up did not take (may still be opening) is closed off READY's path.
             loop.run_in_executor(None, discard_preopened)
         self._tasks.append(loop.create_task(self.health.watchdog_loop(), name="watchdog"))
+        self._tasks.append(loop.create_task(self._flush_metrics(), name="metrics"))
         await self.deliveries.resume_watches()
         self._tasks.append(loop.create_task(self.deliveries.loop(), name="delivery"))
         st.ready = True
@@ -127,6 +128,15 @@ class Server:
             self.state.metrics.serve(m.host or "127.0.0.1", m.port)
         except OSError as e:
             raise StartupError(f"metrics listen {m.host}:{m.port}: {e.strerror or e}") from None
+
+    async def _flush_metrics(self) -> None:
+        """Apply the request path's pending metric updates at least every ``FLUSH_S``
+        (a scrape applies them too; ``edged.metrics.Later`` says why they wait)."""
+        later = self.state.metrics.later
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            if len(later):
+                later.flush()
 
     async def _load(self, models: list[ModelConfig], startup: bool) -> list[str]:
         """Load models concurrently; a failed model that is not required stays in state

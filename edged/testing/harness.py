@@ -115,7 +115,8 @@ class Daemon:
 
     def __init__(self, config: Path, workdir: Path, env: dict[str, str] | None = None,
                  metrics: bool = False, wait: bool = True, cwd: Path = ROOT,
-                 args: tuple[str, ...] = ()) -> None:
+                 args: tuple[str, ...] = (),
+                 launcher: tuple[str, ...] = ("-m", "edged")) -> None:
         self.workdir = self.tmp = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.runtime_dir = workdir / "run"
@@ -124,6 +125,8 @@ class Daemon:
         self.log_path = workdir / "daemon.log"
         self.config = config
         self._metrics, self._extra, self._cwd = metrics, args, cwd
+        #: what runs ``edged serve``: the CLI, or a wrapper such as ``edged.testing.callcount``
+        self._launcher = launcher
         self._env = dict(os.environ)
         self._env.pop("NOTIFY_SOCKET", None)
         self._env.pop("JOURNAL_STREAM", None)
@@ -147,7 +150,7 @@ class Daemon:
         self.port = free_port()
         self.tcp = f"tcp://127.0.0.1:{self.port}"
         self.metrics_port = free_port() if self._metrics else None
-        args = [sys.executable, "-m", "edged", "serve", "--config", str(self.config),
+        args = [sys.executable, *self._launcher, "serve", "--config", str(self.config),
                 "--endpoint", self.ipc, "--endpoint", self.tcp,
                 "--runtime-dir", str(self.runtime_dir),
                 "--metrics", f"127.0.0.1:{self.metrics_port}" if self._metrics else "off",

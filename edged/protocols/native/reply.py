@@ -7,6 +7,7 @@ Outputs go out as C-contiguous little-endian buffers of the arrays the model com
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -24,6 +25,18 @@ def encode_header(obj: dict[str, Any]) -> bytes:
 def error_reply(request_id: str | int | None, status: str, message: str) -> dict[str, Any]:
     """The header of a reply that is not OK: the status and what went wrong, no frames."""
     return {"v": VERSION, "id": request_id, "status": status, "error": message}
+
+
+def _json_id(request_id: str | int | None) -> str:
+    """A request id as JSON (an int as it is: the common case needs no encoder)."""
+    return str(request_id) if type(request_id) is int else json.dumps(request_id)
+
+
+@functools.lru_cache(maxsize=256)
+def _head_part(model: str, variant: str, output: str, dtype: str) -> str:
+    """The part of a one-output OK header that depends on the model only, built once."""
+    return (f'"model":{json.dumps(model)},"variant":{json.dumps(variant)},'
+            f'"outputs":[{{"name":{json.dumps(output)},"dtype":"{dtype}",')
 
 
 def ok_reply_frames(
@@ -45,11 +58,10 @@ def ok_reply_frames(
     if len(outputs) == 1:
         name, a = outputs[0]
         if a.flags.c_contiguous and a.dtype.byteorder != ">" and a.nbytes:
-            # The common case, without json.dumps on nested dicts (~3x cheaper).
+            # The common case, from prebuilt parts (no json.dumps on nested dicts).
             t = timing
-            head = (f'{{"v":{VERSION},"id":{json.dumps(request_id)},"status":"OK",'
-                    f'"model":{json.dumps(model)},"variant":{json.dumps(variant)},'
-                    f'"outputs":[{{"name":{json.dumps(name)},"dtype":"{a.dtype.name}",'
+            head = (f'{{"v":{VERSION},"id":{_json_id(request_id)},"status":"OK",'
+                    f'{_head_part(model, variant, name, a.dtype.name)}'
                     f'"shape":[{",".join(map(str, a.shape))}]}}],'
                     f'"timing":{{"queue_us":{t["queue_us"]},"compute_us":{t["compute_us"]},'
                     f'"batch":{t["batch"]},"total_us":{t["total_us"]}}}}}')

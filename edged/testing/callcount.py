@@ -1,0 +1,216 @@
+"""The daemon run with every Python call on its serving threads counted: the hot path's guard.
+
+Why a count and not a time: a time depends on the machine, its clock and what else runs; the
+number of Python calls one request makes on an idle daemon does not. A change that puts work
+back on the request path (a per-request object, a metrics lookup, a hop through the event
+loop) adds calls, and ``tests/test_hot_path_calls.py`` fails on it on any CPU, not a benchmark
+on one (docs/architecture.md, "The hot path").
+
+    python -m edged.testing.callcount --counts SOCKET serve --config CONFIG   # a real daemon
+    python -m edged.testing.callcount --profile DIR serve --config CONFIG     # cProfile per thread
+
+``--counts``: the daemon runs as ``edged serve`` does, with a profile hook on the threads that
+serve requests (the event loop, the models' workers, the decode pool, gRPC's handlers and
+KServe's pool); a thread of this module, itself not counted, answers every connection to the
+Unix socket ``SOCKET`` with the counts so far as one JSON line: ``{"calls": {thread kind: n},
+"functions": {"file:line name": n}}`` (functions only with ``--functions``). The caller
+reads the counts, sends a request, waits for its reply and reads them again.
+
+``--profile``: the same threads each run a ``cProfile.Profile``; at exit every thread's stats
+are written to ``DIR/<thread>.pstats`` (``scripts/bench/profile_hot_path.py`` reads them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import cProfile
+import json
+import os
+import runpy
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+#: the threads a request runs on, by the prefix of their Python name -> the kind reported
+SERVING_THREADS = (("MainThread", "loop"), ("edged-pre", "decode"), ("edged-grpc", "grpc"),
+                   ("edged-kserve", "kserve"), ("edged-", "worker"))
+
+
+def thread_kind(name: str) -> str | None:
+    """The kind of a serving thread (None: not one: metrics, governor, shadow, this module)."""
+    if name.startswith(("edged-shadow", "edged-preopen", "edged-callcount")):
+        return None
+    for prefix, kind in SERVING_THREADS:
+        if name.startswith(prefix):
+            return kind
+    return None
+
+
+class Counts:
+    """Python calls per serving thread kind (and per function when asked), each thread
+    counting into its own counter so that no increment races another thread's."""
+
+    def __init__(self, functions: bool) -> None:
+        self.functions = functions
+        self._threads: list[tuple[str, collections.Counter[str], list[int]]] = []
+
+    def hook(self) -> Callable[[Any, str, Any], None] | None:
+        """The profile function for the calling thread, or None when it is not counted."""
+        kind = thread_kind(threading.current_thread().name)
+        if kind is None:
+            return None
+        per_function: collections.Counter[str] = collections.Counter()
+        total = [0]
+        self._threads.append((kind, per_function, total))
+        if not self.functions:
+            def count(frame: Any, event: str, arg: Any) -> None:
+                if event == "call":
+                    total[0] += 1
+            return count
+
+        def count_by_function(frame: Any, event: str, arg: Any) -> None:
+            if event == "call":
+                total[0] += 1
+                co = frame.f_code
+                per_function[f"{co.co_filename}:{co.co_firstlineno} {co.co_name}"] += 1
+        return count_by_function
+
+    def snapshot(self) -> dict[str, Any]:
+        calls: collections.Counter[str] = collections.Counter()
+        functions: collections.Counter[str] = collections.Counter()
+        for kind, per_function, total in list(self._threads):
+            calls[kind] += total[0]
+            functions.update(per_function)
+        return {"calls": dict(calls), "functions": dict(functions)}
+
+
+def _install(make: Callable[[], Callable[[Any, str, Any], None] | None]) -> None:
+    """``make()``'s hook on this thread and on every thread started from now on (each
+    thread decides once, on its first event, whether it is counted)."""
+    def first_event(frame: Any, event: str, arg: Any) -> None:
+        sys.setprofile(make())
+
+    threading.setprofile(first_event)
+    sys.setprofile(make())
+
+
+def _answer(path: str, counts: Counts) -> None:
+    """Serve the counts on a Unix socket from a thread that is not itself counted."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+
+    def run() -> None:
+        while True:
+            conn, _ = srv.accept()
+            with conn:
+                conn.sendall(json.dumps(counts.snapshot()).encode() + b"\n")
+
+    threading.Thread(target=run, name="edged-callcount", daemon=True).start()
+
+
+def read_counts(path: str | Path) -> dict[str, Any]:
+    """The counts a ``--counts`` daemon has so far (its socket at ``path``)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(path))
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data)
+
+
+def calls_per_request(path: str | Path, request: Callable[[], object], samples: int = 7,
+                      settle_s: float = 0.02) -> dict[str, int]:
+    """The Python calls ``request()`` (a request sent and its reply received) costs the
+    daemon whose counts are at ``path``, by thread kind: the sample with the fewest calls
+    of ``samples``, so a timer that fired meanwhile (the governor's tick, a metrics flush)
+    does not count. ``settle_s`` lets the daemon finish what follows a reply."""
+    best: dict[str, int] | None = None
+    for _ in range(samples):
+        before = read_counts(path)["calls"]
+        request()
+        time.sleep(settle_s)
+        after = read_counts(path)["calls"]
+        got = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        if best is None or sum(got.values()) < sum(best.values()):
+            best = got
+    assert best is not None
+    return best
+
+
+class Profiles:
+    """One ``cProfile.Profile`` per serving thread, written out at exit."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self._profiles: list[tuple[str, cProfile.Profile]] = []
+
+    def start(self) -> None:
+        def first_event(frame: Any, event: str, arg: Any) -> None:
+            sys.setprofile(None)
+            name = threading.current_thread().name
+            if thread_kind(name) is not None:
+                p = cProfile.Profile()
+                self._profiles.append((name, p))
+                p.enable()
+
+        threading.setprofile(first_event)
+        p = cProfile.Profile()
+        self._profiles.append(("MainThread", p))
+        p.enable()
+
+    def write(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        for name, p in self._profiles:
+            p.disable()
+            p.dump_stats(str(self.out / f"{name}.pstats"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m edged.testing.callcount",
+                                 description="Run the daemon with its serving threads' Python "
+                                             "calls counted (--counts) or profiled (--profile).")
+    ap.add_argument("--counts", metavar="SOCKET", help="serve the counts on this Unix socket")
+    ap.add_argument("--functions", action="store_true", help="count per function too")
+    ap.add_argument("--profile", metavar="DIR", type=Path,
+                    help="cProfile every serving thread; stats written to DIR at exit")
+    args, rest = ap.parse_known_args(argv)
+
+    def edged_main(argv: list[str]) -> int:
+        # ``python -m edged ARGS`` in this process, as the harness starts it in its own
+        # (by module name: the test harness sits below the CLI in the layers)
+        sys.argv = ["edged", *argv]
+        try:
+            runpy.run_module("edged", run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            return e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        return 0
+
+    if args.profile is not None:
+        profiles = Profiles(args.profile)
+        profiles.start()
+        try:
+            return edged_main(rest)
+        finally:
+            profiles.write()
+    counts = Counts(args.functions)
+    if args.counts:
+        _answer(args.counts, counts)
+    _install(counts.hook)
+    return edged_main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
