@@ -28,7 +28,8 @@ def test_edged_bench_drives_the_daemon_and_reports_ratios(daemon: Daemon,
         [sys.executable, "-m", "edged", "bench", "--endpoint", daemon.tcp, "--model", "digits",
          "--clients", "2", "--in-flight", "2", "--duration", "1.5", "--input", "image",
          "--file", str(MODELS / "samples" / "digit7_196.png"),
-         "--raw", str(MODELS / "cnn-fp32.onnx"), "--json", str(out)],
+         "--raw", str(MODELS / "cnn-fp32.onnx"), "--json", str(out),
+         "--control", daemon.control],
         capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     assert "p50 daemon/raw" in p.stdout and "round 1" in p.stderr  # progress shown
@@ -36,6 +37,8 @@ def test_edged_bench_drives_the_daemon_and_reports_ratios(daemon: Daemon,
     d = r["rounds"][0]["daemon"]
     assert d["ok"] > 10 and d["statuses"] == {"OK": d["ok"]}
     assert 0 < d["p50_ms"] <= d["p90_ms"] <= d["p99_ms"]
+    # the daemon runs here: its process tree's CPU per request is printed beside the rest
+    assert 0 < d["cpu_ms_per_request"] < 1000 and "ms/request" in p.stdout
     assert r["rounds"][0]["raw"]["best_throughput"] > 0
     assert r["ratios"]["p50 daemon/raw"] > 0
     assert r["machine"]["logical_cpus"] >= 1

@@ -37,11 +37,15 @@ def test_edged_bench_peer_reports_both_servers_and_the_ratios(
             d = rnd[server][clients]
             assert d["ok"] > 5 and d["statuses"] == {"OK": d["ok"]}, (server, clients, d)
             assert 0 < d["p50_ms"] <= d["p99_ms"], (server, clients)
-    assert set(r["ratios"]) == {f"{m} {pair}, {c}" for m in ("throughput", "p50", "p99")
+            # the server's whole process tree (Triton's python backend is a child process)
+            assert 0 < d["cpu_ms_per_request"] < 1000, (server, clients, d)
+    assert set(r["ratios"]) == {f"{m} {pair}, {c}"
+                                for m in ("throughput", "p50", "p99", "cpu/request")
                                 for c in ("1 client", "2 clients")
                                 for pair in ("edged/peer", "edged/floor", "peer/floor")}
     assert all(v > 0 for v in r["ratios"].values()), r["ratios"]
     assert "throughput edged/peer, 2 clients" in p.stdout and "triton" in p.stdout
+    assert "cpu/request edged/peer, 2 clients" in p.stdout and "ms/request" in p.stdout
     assert "gRPC floor" in p.stdout and "throughput edged/floor, 2 clients" in p.stdout
 
 

@@ -26,7 +26,7 @@ from edged.bench.floor import Floors, check_single_input, cores
 from edged.bench.loadgen import drive, request
 from edged.bench.raw import raw_ort, raw_pipeline
 from edged.bench.soak import add_parser as add_soak
-from edged.bench.threads import Watch, report, worker_names
+from edged.bench.threads import Watch, report, with_cpu, worker_names
 from edged.testing.harness import machine_info, say_machine
 
 #: what ``edged bench --help`` says (the module docstring is for developers)
@@ -156,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     header, frames = request(models[args.model], args)
     args.watch = None  # with --threads: the daemon's Watch
+    #: the daemon's process, for CPU per request (None: not on this host, or not found)
+    args.daemon_pid = _local_pid(args.endpoint, args.control)
     if args.threads:
         try:
             pid, note = daemon_pid(args.endpoint, args.control)
@@ -172,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
                               "rounds": []}
     for k in range(args.rounds):
         rnd: dict[str, Any] = {"daemon": watched(args.watch, args, header, frames,
-                                                 f"round {k + 1}")}
+                                                 f"round {k + 1}", args.daemon_pid)}
         if args.raw_pipeline is not None:
             rnd["raw"] = raw_pipeline(args.raw_pipeline, args.model, header, frames,
                                       args.duration)
@@ -213,6 +215,8 @@ def run_floor(args: argparse.Namespace, header: dict[str, Any], frames: list[Any
     one = argparse.Namespace(**{**vars(args), "clients": 1, "in_flight": 1})
     with Floors(args.raw, header, args.endpoint) as floors:
         watches: dict[str, Watch | None] = {"daemon_b1": args.watch, "daemon_n": args.watch}
+        pids = {"daemon_b1": args.daemon_pid, "daemon_n": args.daemon_pid,
+                "floor_b1": floors.one_thread_pid, "floor_n": floors.batching_pid}
         if args.threads:
             watches.update(floor_b1=Watch(floors.one_thread_pid),
                            floor_n=Watch(floors.batching_pid))
@@ -231,7 +235,7 @@ def run_floor(args: argparse.Namespace, header: dict[str, Any], frames: list[Any
             for key, ns, what in phases:
                 rnd[key] = (raw_ort(args.raw, args.duration, frames, header, threads=cores())
                             if ns is None else watched(watches.get(key), ns, header, frames,
-                                                       f"{tag} {what}"))
+                                                       f"{tag} {what}", pids[key]))
             result["rounds"].append(rnd)
             show_floor(rnd, args.clients)
     result["ratios"] = floor_ratios(result["rounds"])
@@ -252,12 +256,13 @@ def run_floor(args: argparse.Namespace, header: dict[str, Any], frames: list[Any
 
 
 def watched(watch: Watch | None, ns: argparse.Namespace, header: dict[str, Any],
-            frames: list[Any], label: str) -> dict[str, Any]:
-    """``drive`` the clients; with a Watch, the process's CPU over the phase as ``cpu``."""
+            frames: list[Any], label: str, pid: int | None = None) -> dict[str, Any]:
+    """``drive`` the clients; the server's process-tree CPU per request when its ``pid``
+    is known (``cpu_ms_per_request``); with a Watch, its threads' CPU as ``cpu``."""
     if watch is None:
-        return drive(ns, header, frames, label)
+        return with_cpu(pid, lambda: drive(ns, header, frames, label))
     watch.start()
-    out = drive(ns, header, frames, label)
+    out = with_cpu(pid, lambda: drive(ns, header, frames, label))
     try:
         out["cpu"] = watch.stop()
     except RuntimeError as e:  # the server exited: its column is left out of the table
@@ -299,6 +304,10 @@ def show_floor(rnd: dict[str, Any], clients: int) -> None:
     print(f"{clients} clients: daemon {dn['throughput']:.1f}/s (p99 {dn['p99_ms']:.2f} ms)  "
           f"batching floor {fn['throughput']:.1f}/s (p99 {fn['p99_ms']:.2f} ms)  raw best "
           f"{r['best_throughput']:.1f}/s; daemon statuses {dn['statuses']}")
+    nan = float("nan")
+    print(f"CPU ms per request: daemon {d1.get('cpu_ms_per_request', nan):.3f} (1 client), "
+          f"{dn.get('cpu_ms_per_request', nan):.3f} ({clients}); floors "
+          f"{f1.get('cpu_ms_per_request', nan):.3f}, {fn.get('cpu_ms_per_request', nan):.3f}")
 
 
 def ratios(rounds: list[dict[str, Any]]) -> dict[str, float]:
@@ -318,14 +327,27 @@ def ratios(rounds: list[dict[str, Any]]) -> dict[str, float]:
 
 def show(rnd: dict[str, Any]) -> None:
     d = rnd["daemon"]
+    cpu = d.get("cpu_ms_per_request")
     print(f"daemon: {d['throughput']:.1f} req/s  p50 {d['p50_ms']:.2f} ms  p90 "
-          f"{d['p90_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms  ({d['clients']} client(s) x "
+          f"{d['p90_ms']:.2f} ms  p99 {d['p99_ms']:.2f} ms  "
+          + (f"CPU {cpu:.3f} ms/request  " if cpu is not None else "")
+          + f"({d['clients']} client(s) x "
           f"{d['in_flight']} in flight; statuses {d['statuses']}; variants {d['variants']})")
     for key, label in (("raw", "raw ORT"), ("raw_spin_off", "raw ORT, spinning off")):
         if key in rnd:
             r = rnd[key]
             print(f"{label}: batch-1 p50 {r['batch1']['p50_ms']:.2f} ms  best "
                   f"{r['best_throughput']:.1f}/s")
+
+
+def _local_pid(endpoint: str, control: str | None) -> int | None:
+    """The daemon's pid when it runs on this host and can be found, else None (CPU per
+    request is then left out, silently: it is a figure beside the others, not a must)."""
+    try:
+        pid, note = daemon_pid(endpoint, control)
+    except (RuntimeError, OSError):
+        return None
+    return pid if note is None else None
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:

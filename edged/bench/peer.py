@@ -30,6 +30,7 @@ costs beyond any Python gRPC server, and how far the peer is from one.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -43,6 +44,7 @@ from typing import Any
 from edged.bench.floor import cores
 from edged.bench.grpc_floor import GrpcFloor
 from edged.bench.loadgen import drive, request
+from edged.bench.threads import with_cpu
 from edged.testing.configs import config_text, model_table, variant
 from edged.testing.harness import Daemon, free_port, machine_info, say_machine
 from edged.testing.peer_venvs import KINDS, PeerUnavailable
@@ -51,7 +53,8 @@ from edged.testing.peers import Peer
 #: the servers of a run, in the order of an even round (odd rounds go backwards)
 SERVERS = ("edged", "peer")
 WITH_FLOOR = ("edged", "peer", "floor")
-METRICS = (("throughput", "throughput"), ("p50", "p50_ms"), ("p99", "p99_ms"))
+METRICS = (("throughput", "throughput"), ("p50", "p50_ms"), ("p99", "p99_ms"),
+           ("cpu/request", "cpu_ms_per_request"))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -191,8 +194,10 @@ def compare(args: argparse.Namespace, daemon: Daemon, address: str, peer: Peer,
     frozen = _Frozen(daemon, peer, floor)
     servers = SERVERS if floor is None else WITH_FLOOR
     targets = {"edged": address, "peer": peer.grpc}
+    pids = {"edged": daemon.pid, "peer": peer.pid}  # whose process tree's CPU is counted
     if floor is not None:
         targets["floor"] = floor.address
+        pids["floor"] = floor.pid
     phases = [(1, "1 client"), (args.clients, f"{args.clients} clients")]
     warm = min(2.0, args.duration)
     for server in servers:  # unmeasured: connections, ORT's first runs, the batch sizes
@@ -207,8 +212,9 @@ def compare(args: argparse.Namespace, daemon: Daemon, address: str, peer: Peer,
             rnd[server] = {}
             for n, what in phases:
                 label = f"round {k + 1} {_name(server, peer.kind)}, {what}"
-                rnd[server][str(n)] = drive(_namespace(args, targets[server], n,
-                                                       args.duration), header, frames, label)
+                ns = _namespace(args, targets[server], n, args.duration)
+                rnd[server][str(n)] = with_cpu(pids[server], functools.partial(
+                    drive, ns, header, frames, label))
         rounds.append(rnd)
         show_round(rnd, peer.kind, args.clients)
     frozen.only("edged")
@@ -259,7 +265,9 @@ def show_round(rnd: dict[str, Any], kind: str, clients: int) -> None:
         for n in sorted({1, clients}):
             d = rnd[server][str(n)]
             print(f"{name:<10} {n:>2} client(s): {d['throughput']:8.1f}/s  p50 "
-                  f"{d['p50_ms']:7.2f} ms  p99 {d['p99_ms']:7.2f} ms  statuses {d['statuses']}")
+                  f"{d['p50_ms']:7.2f} ms  p99 {d['p99_ms']:7.2f} ms  CPU "
+                  f"{d.get('cpu_ms_per_request', float('nan')):6.3f} ms/request  "
+                  f"statuses {d['statuses']}")
 
 
 def report(result: dict[str, Any], args: argparse.Namespace) -> None:

@@ -17,6 +17,7 @@ asyncio's default executor keep the process's name. Linux only.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,42 @@ UNNAMED = "ORT intra-op & unnamed"
 NAMED = (("ZMQbg/IO", "ZeroMQ I/O"), ("ZMQbg/Reaper", "ZeroMQ reaper"),
          ("edged-pre_", "decode pool"), ("edged-kserve_", "KServe pool"))
 ORDER = [MAIN, "model worker", UNNAMED, *(r for _, r in NAMED)]
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and every live process under it.
+
+    Why the tree: a peer server computes in processes of its own (Triton's Python backend,
+    MLServer's workers), so what serving a request costs is the tree's CPU, not the
+    process answering the socket's (``edged bench`` prints it per request)."""
+    import psutil
+
+    try:
+        top = psutil.Process(pid)
+        procs = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return float("nan")
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue  # exited meanwhile
+        total += t.user + t.system
+    return total
+
+
+def with_cpu(pid: int | None, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()``'s result (a phase of clients) with ``cpu_ms_per_request``: the process
+    tree of ``pid``'s CPU over the phase per OK reply (left out when ``pid`` is None)."""
+    if pid is None:
+        return run()
+    before = tree_cpu_s(pid)
+    out = run()
+    spent = tree_cpu_s(pid) - before
+    ok = out.get("ok") or 0
+    out["cpu_ms_per_request"] = 1000.0 * spent / ok if ok else float("nan")
+    return out
 
 
 @dataclass(frozen=True)
