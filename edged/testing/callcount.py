@@ -16,8 +16,9 @@ Unix socket ``SOCKET`` with the counts so far as one JSON line: ``{"calls": {thr
 "functions": {"file:line name": n}}`` (functions only with ``--functions``). The caller
 reads the counts, sends a request, waits for its reply and reads them again.
 
-``--profile``: the same threads each run a ``cProfile.Profile``; at exit every thread's stats
-are written to ``DIR/<thread>.pstats`` (``scripts/bench/profile_hot_path.py`` reads them).
+``--profile``: the same threads each run a ``cProfile.Profile``; a connection to
+``DIR/snap.sock`` writes their statistics so far (``take_snapshot``), and two snapshots give
+what a phase in between cost (``snapshot_delta``; ``scripts/bench/profile_hot_path.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import collections
 import contextlib
 import cProfile
 import json
+import marshal
 import os
 import runpy
 import socket
@@ -151,11 +153,15 @@ def calls_per_request(path: str | Path, request: Callable[[], object], samples: 
 
 
 class Profiles:
-    """One ``cProfile.Profile`` per serving thread, written out at exit."""
+    """One ``cProfile.Profile`` per serving thread. Each connection to ``DIR/snap.sock``
+    writes every thread's statistics so far to ``DIR/<n>/<thread>.pstats`` (``n`` counts
+    from 0 and is the reply), without stopping the profiles: a caller takes one snapshot
+    after its warm-up and one at the end and reads the difference (``snapshot_delta``)."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
         self._profiles: list[tuple[str, cProfile.Profile]] = []
+        self._taken = 0
 
     def start(self) -> None:
         def first_event(frame: Any, event: str, arg: Any) -> None:
@@ -166,16 +172,63 @@ class Profiles:
                 self._profiles.append((name, p))
                 p.enable()
 
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = str(self.out / "snap.sock")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(path)
+        srv.listen(4)
+
+        def serve() -> None:
+            while True:
+                conn, _ = srv.accept()
+                with conn:
+                    conn.sendall(f"{self.snapshot()}\n".encode())
+
+        threading.Thread(target=serve, name="edged-callcount", daemon=True).start()
         threading.setprofile(first_event)
         p = cProfile.Profile()
         self._profiles.append(("MainThread", p))
         p.enable()
 
-    def write(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
-        for name, p in self._profiles:
-            p.disable()
-            p.dump_stats(str(self.out / f"{name}.pstats"))
+    def snapshot(self) -> int:
+        n, self._taken = self._taken, self._taken + 1
+        where = self.out / str(n)
+        where.mkdir(parents=True, exist_ok=True)
+        for name, p in list(self._profiles):
+            p.snapshot_stats()  # reads the counters; the profile goes on
+            with open(where / f"{name}.pstats", "wb") as f:
+                marshal.dump(p.stats, f)
+        return n
+
+
+def take_snapshot(out: Path) -> Path:
+    """Ask a ``--profile out`` daemon for a snapshot; the folder its statistics are in."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(60)
+        s.connect(str(out / "snap.sock"))
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(64)
+            if not chunk:
+                break
+            data += chunk
+    return out / data.decode().strip()
+
+
+def snapshot_delta(before: Path, after: Path) -> dict[str, dict[tuple[str, int, str], float]]:
+    """Per thread: each function's own time (seconds) between two snapshots."""
+    out: dict[str, dict[tuple[str, int, str], float]] = {}
+    for f in sorted(after.glob("*.pstats")):
+        with open(f, "rb") as fh:
+            now = marshal.load(fh)
+        then: dict[Any, Any] = {}
+        if (before / f.name).exists():
+            with open(before / f.name, "rb") as fh:
+                then = marshal.load(fh)
+        out[f.stem] = {k: v[2] - (then[k][2] if k in then else 0.0) for k, v in now.items()}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--counts", metavar="SOCKET", help="serve the counts on this Unix socket")
     ap.add_argument("--functions", action="store_true", help="count per function too")
     ap.add_argument("--profile", metavar="DIR", type=Path,
-                    help="cProfile every serving thread; stats written to DIR at exit")
+                    help="cProfile every serving thread; snapshots on DIR/snap.sock")
     args, rest = ap.parse_known_args(argv)
 
     def edged_main(argv: list[str]) -> int:
@@ -199,12 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.profile is not None:
-        profiles = Profiles(args.profile)
-        profiles.start()
-        try:
-            return edged_main(rest)
-        finally:
-            profiles.write()
+        Profiles(args.profile).start()
+        return edged_main(rest)
     counts = Counts(args.functions)
     if args.counts:
         _answer(args.counts, counts)
