@@ -2,7 +2,8 @@
 
 How a batch forms: the one place a batch starts is ``_kick``, called when a request
 arrives, when a batch completes, when a swap's pause ends and when a policy's hold comes
-due. It asks the model's policy (``edged.batching.policy``: at once, ``max_delay_ms``,
+due; the one exception is the express lane (``submit``: a lone request on an idle model
+that the policy computes inline is computed at once, never queued). It asks the model's policy (``edged.batching.policy``: at once, ``max_delay_ms``,
 ``batch_window``) and the governor's rate cap (``throttle``) whether the next batch may
 start; if so it takes up to ``BatchCap.value`` compatible rows from the queue
 (``queue``), answers those that could no longer meet their deadline, and hands the batch
