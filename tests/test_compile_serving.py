@@ -2,7 +2,7 @@
 original copied in), paths relative to it, and ``edged.toml`` with the model's
 preprocessing (from ``model.json``, or assumed from the input's shape and said so), the
 ladder and a ``[governor]``. docs/compile.md's walk from a model file to a served,
-governed ladder is run as written by tests/test_docs.py.
+governed ladder is run as written by tests/test_journey.py.
 """
 
 from __future__ import annotations
