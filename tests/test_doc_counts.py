@@ -62,3 +62,18 @@ def test_validation_set_sizes_are_the_files() -> None:
     m = re.search(r"the (\d+) held-out scenes of `models/digits-det/val\.npz` \((\d+) digits\)",
                   _flat((DOCS / "pipelines.md").read_text()))
     assert m and (int(m[1]), int(m[2])) == (len(scenes["images"]), len(scenes["boxes"]))
+
+
+def test_the_readme_counts_the_shipped_digits_variants() -> None:
+    """The README's "`digits/` (a CNN classifier, three variants)": the model files in the
+    folder and the variants config.toml serves."""
+    import tomllib
+
+    words = {"two": 2, "three": 3, "four": 4, "five": 5}
+    readme = (ROOT / "README.md").read_text()
+    m = re.search(r"`digits/` \(a CNN classifier, (\w+) variants\)", readme)
+    assert m and m[1] in words
+    files = sorted((ROOT / "models" / "digits").glob("*.onnx"))
+    shipped = tomllib.loads((ROOT / "config.toml").read_text())
+    (digits,) = [t for t in shipped["models"] if t["name"] == "digits"]
+    assert words[m[1]] == len(files) == len(digits["variants"]), files
