@@ -23,7 +23,8 @@ from support.paths import ROOT
 
 
 def test_every_shell_block_is_run_or_marked() -> None:
-    """Commands a page shows are run below, unless its first line says why not."""
+    """Commands a page shows are run (by tests/test_journey.py), unless its first line
+    says why not."""
     unrun = []
     for page in DOCS:
         for b in fenced(page):
