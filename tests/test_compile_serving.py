@@ -2,7 +2,7 @@
 original copied in), paths relative to it, and ``edged.toml`` with the model's
 preprocessing (from ``model.json``, or assumed from the input's shape and said so), the
 ladder and a ``[governor]``. docs/compile.md's walk from a model file to a served,
-governed ladder is run as written by tests/test_docs.py.
+governed ladder is run as written by tests/test_journey.py.
 """
 
 from __future__ import annotations
@@ -68,3 +68,16 @@ def test_the_help_is_for_a_user() -> None:
     assert "``" not in cli.DESCRIPTION
     assert not re.search(r"\bedged\.(?!toml)\w", cli.DESCRIPTION)  # no module names
     assert "edged.toml" in cli.DESCRIPTION
+
+
+def test_the_served_model_is_named_after_the_folder_its_variants_after_the_file(
+        tmp_path: Path) -> None:
+    """``--out build/digits`` serves a model ``digits`` (what docs/compile.md, ``edged
+    status`` and ``edged publish --model`` call it) whose variants are the files'
+    ``cnn-...`` names."""
+    r = run(CompileOptions(model=MODELS / "cnn-fp32.onnx", out=tmp_path / "digits", **FAST))
+    assert r.exit_code == 0, r.log
+    (model,) = load_config(r.config).models
+    assert model.name == "digits"
+    assert {v.name for v in model.variants} <= {"cnn-fp32", "cnn-fp32-opt"}
+    assert all((tmp_path / "digits" / v.path.name).exists() for v in model.variants)

@@ -32,7 +32,8 @@ from edged.errors import ConfigError
 from edged.governor.decision import Decision
 from edged.governor.metrics import GovernorMetrics
 from edged.governor.policy import Governor
-from edged.governor.sensors import Readings, Sensors
+from edged.governor.sensors import Readings
+from edged.governor.sensors.sampler import Sensors
 
 
 class Clock:

@@ -27,12 +27,12 @@ from support.sysfs import (
 )
 
 from edged.governor.sensors import (
-    Sensors,
     first_passive_trip_c,
     parse_throttled,
     rapl_permission_message,
     read_trip_points,
 )
+from edged.governor.sensors.sampler import Sensors
 
 
 class Clock:

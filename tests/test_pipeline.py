@@ -485,3 +485,22 @@ def test_edged_infer_prints_each_box_with_its_stage_label(pd: Daemon, tmp_path: 
     rows = [ln.split() for ln in lines[2:7]]
     assert all(row[0] == row[-1] for row in rows), r.stdout  # the samples read as detected
     assert (tmp_path / "out.jpg").exists()
+
+
+def test_the_kserve_page_pipeline_snippet_runs_as_written(pd: Daemon) -> None:
+    """docs/kserve.md's pipeline snippet, whole (imports, client, input), run by Python from
+    a checkout against this daemon's gRPC listener in place of the page's port: it prints
+    the digit read in each box."""
+    import subprocess
+    import sys
+
+    from support.docs import fenced
+
+    (block,) = [b for b in fenced(ROOT / "docs" / "kserve.md")
+                if b.language == "python" and "digits-reader" in b.text]
+    code = block.text.replace("127.0.0.1:8011", pd.grpc_url)  # type: ignore[attr-defined]
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    digits = [int(float(x)) for x in r.stdout.strip().strip("[]").split()]
+    assert digits and set(digits) <= set(range(10)), r.stdout

@@ -163,3 +163,32 @@ def test_a_model_loaded_on_a_lower_rung_is_checked_first(make_daemon: Any,
     assert "verify failed: variant refused model=digits variant=corrupt" in d.log()
     with d.client() as c:
         assert c.infer("digits", SAMPLE).variant == "cnn-fp32"
+
+
+def renamed_output_copy(src: Path, dst: Path) -> Path:
+    """``src`` answering its one output under another name: a candidate that breaks the
+    model's contract (clients read ``logits``)."""
+    m = onnx.load(str(src))
+    out = m.graph.output[0]
+    m.graph.node.append(onnx.helper.make_node("Identity", [out.name], ["scores"]))
+    out.name = "scores"
+    onnx.save(m, str(dst))
+    return dst
+
+
+def test_a_candidate_breaking_the_contract_is_a_refusal_not_a_failed_load(
+        make_daemon: Any, tmp_path: Path) -> None:
+    """The contract check before a swap refuses as the reference check does: counted as a
+    refused check, logged as a refusal, and never as a failed load."""
+    bad = renamed_output_copy(MODELS / "cnn-fp32.onnx", tmp_path / "renamed.onnx")
+    d: Daemon = make_daemon(digits_with(tmp_path, "renamed", bad, verify=False),
+                            metrics=True)
+    r = d.ctl({"op": "swap", "model": "digits", "variant": "renamed"})
+    assert r["status"] != "OK" and "has no output named 'logits'" in r["error"], r
+    assert r["model"]["active_variant"] == "cnn-fp32", r
+    assert metric(d, 'edged_variant_checks_total{model="digits",result="refused",'
+                     'variant="renamed"} 1.0')
+    assert not metric(d, 'edged_model_loads_total{model="digits",result="error",'
+                         'variant="renamed"}')
+    assert "verify failed: variant refused model=digits variant=renamed" in d.log()
+    assert "load failed model=digits variant=renamed" not in d.log()

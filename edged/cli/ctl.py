@@ -148,6 +148,9 @@ def reload_line(rl: dict[str, Any]) -> str:
         if names:
             parts.append(f"{key} " + ", ".join(
                 f"{n} ({why[n]})" if n in why else n for n in names))
+    for key, said in (("listeners_opened", "opened"), ("listeners_closed", "closed")):
+        if rl.get(key):
+            parts.append(f"{said} " + ", ".join(rl[key]))
     took = f" in {rl['ms']:.0f} ms" if rl.get("ms") is not None else ""
     return "reload: " + ("; ".join(parts) if parts else "nothing changed") + took
 

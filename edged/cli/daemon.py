@@ -79,6 +79,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         for p in e.problems:
             print(f"  - {p}")
         return 1
+    for w in cfg.warnings():  # valid, but one key silently outweighs another: say so
+        print(f"warning: {w}")
     bad = ipc_problems(cfg)
     for p in bad:
         print(f"FAIL {p}")

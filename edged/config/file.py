@@ -15,7 +15,7 @@ from typing import Any
 from edged.config.frigate import check_frigate
 from edged.config.governor import GovernorConfig
 from edged.config.kserve import OffloadConfig, check_offload_models, parse_offload
-from edged.config.models import ModelConfig, read_model
+from edged.config.models import ModelConfig, overridden, read_model
 from edged.config.pipelines import PipelineConfig, check_pipelines, is_pipeline, read_pipeline
 from edged.config.schema import Table, raise_if_problems
 from edged.config.server import MetricsConfig, ServerConfig, parse_listen, read_metrics, read_server
@@ -38,6 +38,10 @@ class Config:
 
     def pipeline(self, name: str) -> PipelineConfig | None:
         return next((p for p in self.pipelines if p.name == name), None)
+
+    def warnings(self) -> list[str]:
+        """Valid settings that another setting overrides, each naming both keys."""
+        return [f"{self.file}: {w}" for m in self.models for w in overridden(m)]
 
     def with_overrides(
         self, endpoints: list[str] | None = None, metrics: str | None = None,

@@ -85,13 +85,16 @@ class FrigateType:
     label_offset: int = 0
 
 
+#: every Frigate ``model_type``, written once: in the order a sent graph is matched when
+#: nobody says its type (most specific first; ``protocols/frigate/model_check.DETECT_ORDER``
+#: is this order), so a new type is one entry here and its layout in ``LAYOUTS``
 FRIGATE_TYPES: dict[str, FrigateType] = {f.name: f for f in (
     FrigateType("ssd", "ssd", default_size=300, label_offset=1),
-    FrigateType("yolox", "yolox", default_size=416, float_scale=1.0),
-    FrigateType("yolonas", "yolonas"),
-    FrigateType("yologeneric", "yolov8"),
     FrigateType("dfine", "dfine", default_size=640),
     FrigateType("rfdetr", "rfdetr"),
+    FrigateType("yolonas", "yolonas"),
+    FrigateType("yolox", "yolox", default_size=416, float_scale=1.0),
+    FrigateType("yologeneric", "yolov8"),
 )}
 #: the config spelling (``yolo-generic``) and the enum's name both occur
 FRIGATE_ALIASES = {"yolo-generic": "yologeneric", "yolo_generic": "yologeneric"}

@@ -65,6 +65,16 @@ class ModelConfig:
 
 
 
+def overridden(m: ModelConfig) -> list[str]:
+    """Keys of ``m`` set but silently outweighed by another key: what ``edged check`` warns
+    of, naming both (the config is valid; the reader's intent may not be what serves)."""
+    out = []
+    if m.max_delay_ms > 0 and m.batch_window > 0:
+        out.append(f"model {m.name!r}: max_delay_ms = {m.max_delay_ms:g} wins over "
+                   f"batch_window = {m.batch_window:g}, which is ignored (set one of them; "
+                   "docs/configuration.md)")
+    return out
+
 def _variant(t: Table) -> VariantConfig | None:
     name = t.get("name", str)
     backend = t.get("backend", str, choices=tuple(RUNTIMES))

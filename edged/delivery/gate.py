@@ -12,7 +12,8 @@ accuracy), and this device's runtime is not the publisher's. Each check raises `
   ladder (``variants.toml`` as ``edged compile`` wrote it; paths are the bundle's files);
   each variant is named ``VARIANT@VERSION``, so every reply names the version it came from;
 - ``check_contract``: the candidate's inputs and outputs are the ones the model's clients
-  send and read (names, dtypes, shapes; a dynamic dimension matches any);
+  send and read (the variants' own check, ``edged.model.open.check_contract``, then the
+  shapes; a dynamic dimension matches any);
 - ``accuracy_gate``: its top variant on the bundle's labelled validation set, on this
   device, may lose at most ``MAX_DROP_POINTS`` (the 2-point rule of ``edged compile``)
   against the accuracy the bundle claims.
@@ -35,6 +36,8 @@ from edged.delivery.bundle import Manifest
 from edged.delivery.download import Refused
 from edged.delivery.rungs import built, openvino_missing, with_rungs
 from edged.delivery.store import Version
+from edged.model.open import check_contract as variant_contract
+from edged.verify.compare import VerifyRefused
 
 log = logging.getLogger("edged.delivery")
 
@@ -129,10 +132,18 @@ def _fits(want: TensorSpec, got: TensorSpec) -> bool:
 
 def check_contract(clients_send: list[TensorSpec], clients_read: list[TensorSpec],
                    inputs: list[TensorSpec], outputs: list[TensorSpec]) -> None:
-    """``Refused`` unless the candidate takes what clients send and gives what they read."""
+    """``Refused`` unless the candidate takes what clients send and gives what they read:
+    the check every variant passes before it serves (``edged.model.open.check_contract``:
+    names, dtypes, ranks), then what a new version must also keep (no other input, the
+    same sizes beyond the batch, a dynamic dimension matching any)."""
     def show(specs: list[TensorSpec]) -> str:
         return ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in specs)
 
+    try:
+        variant_contract("the new version", clients_send, inputs, "input")
+        variant_contract("the new version", clients_read, outputs, "output")
+    except VerifyRefused as e:
+        raise Refused("gating", "contract", str(e)) from None
     if len(inputs) != len(clients_send) or not all(
             any(_fits(w, g) for g in inputs) for w in clients_send):
         raise Refused("gating", "contract",

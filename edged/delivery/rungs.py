@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from edged.compile.steps import STEP_NAMES
+
 #: frames kept for a rung: the first part calibrates, the rest checks
 CALIBRATION_SHARE = 0.75
 MAX_RING_BYTES = 64 << 20
@@ -44,14 +46,22 @@ class Rung:
     """One kind of rung: which backend serves which file beside the model."""
 
     key: str
+    #: the ``edged compile`` step (``compile/steps.py: STEPS``) whose build this rung
+    #: repeats on the device: the one list of build steps; a rung names one of them
+    step: str
     backend: str
     precision: str
     suffix: str
 
+    def __post_init__(self) -> None:
+        if self.step not in STEP_NAMES:
+            raise ValueError(f"rung {self.key!r}: no compile step {self.step!r} "
+                             f"(compile/steps.py has {', '.join(STEP_NAMES)})")
 
-RUNGS = {r.key: r for r in (Rung("int8", "onnxruntime", "int8", ".int8.onnx"),
-                            Rung("ov-fp32", "openvino", "fp32", ".ov-fp32.xml"),
-                            Rung("ov-int8", "openvino", "int8", ".ov-int8.xml"))}
+
+RUNGS = {r.key: r for r in (Rung("int8", "int8", "onnxruntime", "int8", ".int8.onnx"),
+                            Rung("ov-fp32", "openvino", "openvino", "fp32", ".ov-fp32.xml"),
+                            Rung("ov-int8", "openvino", "openvino", "int8", ".ov-int8.xml"))}
 
 
 class FrameRing:

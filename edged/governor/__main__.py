@@ -19,7 +19,7 @@ from edged.config.file import load_governor
 from edged.config.governor import GovernorConfig
 from edged.errors import ConfigError
 from edged.governor.policy import Governor
-from edged.governor.sensors import Sensors
+from edged.governor.sensors.sampler import Sensors
 
 
 def load(config: Path | None, root: str | None) -> GovernorConfig:

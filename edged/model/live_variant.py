@@ -235,9 +235,13 @@ class LiveVariant:
         loaded = self._open(index)
         v = loaded.config.name
         c = self.contract
-        check_candidate(loaded.config, loaded.backend,
-                        c.inputs if c else list(loaded.backend.inputs),
-                        c.outputs if c else list(loaded.backend.outputs))
+        try:
+            check_candidate(loaded.config, loaded.backend,
+                            c.inputs if c else list(loaded.backend.inputs),
+                            c.outputs if c else list(loaded.backend.outputs))
+        except VerifyRefused as e:  # a refusal, counted and said as the reference check's
+            self.record.refused(v, e)
+            raise
         if ref is None:  # the reference itself, or marked verify = false
             if index == self.verifier.reference_index:
                 return loaded
@@ -278,11 +282,14 @@ class LiveVariant:
         self.record.loaded(loaded)
 
     def _load_failed(self, v: VariantConfig, e: Exception) -> None:
+        """``v`` did not come to serve: the model's state says why; a check's refusal was
+        counted and logged as a refusal where it was refused, not again as a failed load."""
         msg = str(e) if isinstance(e, EdgedError) else f"{type(e).__name__}: {e}"
         if self.loaded is None:
             self.state = "failed"
             self.error = msg
-        self.record.load_failed(v.name, msg)
+        if not isinstance(e, VerifyRefused):
+            self.record.load_failed(v.name, msg)
 
 
 def check_spec(c: InputContract | None) -> TensorSpec | None:

@@ -19,10 +19,10 @@ import numpy as np
 
 from edged.backends.base import Backend, TensorSpec, run_batch, zero_feeds
 from edged.config.models import ModelConfig, VariantConfig
-from edged.errors import ArtifactError
 from edged.model.artifact import artifact_digest
 from edged.model.heads import Head
 from edged.model.preopen import load_variant
+from edged.verify.compare import VerifyRefused
 
 log = logging.getLogger("edged.model")
 
@@ -134,37 +134,40 @@ def profile_batch_sizes(backend: Backend, max_batch_size: int,
     return chosen, rates
 
 
-def check_contract(name: str, want: list[TensorSpec], got: list[TensorSpec], what: str) -> None:
-    """A variant must accept and return what clients of the model were promised."""
+def check_contract(who: str, want: list[TensorSpec], got: list[TensorSpec], what: str) -> None:
+    """``who`` (a variant, a new version) must accept and return what clients of the model
+    were promised: each tensor by name, dtype and rank. The one contract check: a variant
+    before it serves (``check_candidate``) and a delivered version at its gate
+    (``edged.delivery.gate.check_contract``, which adds what a version must also keep)."""
     got_by = {s.name: s for s in got}
     for w in want:
         g = got_by.get(w.name)
         if g is None:
-            raise ArtifactError(f"variant {name!r} has no {what} named {w.name!r} "
+            raise VerifyRefused(f"{who} has no {what} named {w.name!r} "
                                 f"(it has {', '.join(got_by) or 'none'})")
         if g.dtype != w.dtype or len(g.shape) != len(w.shape):
-            raise ArtifactError(f"variant {name!r} {what} {w.name!r} is {g.dtype} "
-                                f"{list(g.shape)}; the model's contract is {w.dtype} "
-                                f"{list(w.shape)}")
+            raise VerifyRefused(f"{who} {what} {w.name!r} is {g.dtype} {list(g.shape)}; "
+                                f"the model's contract is {w.dtype} {list(w.shape)}")
 
 
 def check_candidate(v: VariantConfig, backend: Backend, inputs: list[TensorSpec],
                     outputs: list[TensorSpec]) -> None:
     """Before a variant goes live: it accepts and returns what the model promised, and a
     zero input gives finite outputs. (What it computes is checked against the reference
-    by ``edged.verify``.) Closes the backend when the check fails, so a refused
-    candidate leaks nothing."""
+    by ``edged.verify``.) A failure is ``VerifyRefused``, as the reference check's: the
+    candidate is refused (counted and said as a refusal), not a failed load. Closes the
+    backend when the check fails, so a refused candidate leaks nothing."""
     try:
-        check_contract(v.name, inputs, backend.inputs, "input")
-        check_contract(v.name, outputs, backend.outputs, "output")
+        who = f"variant {v.name!r}"
+        check_contract(who, inputs, backend.inputs, "input")
+        check_contract(who, outputs, backend.outputs, "output")
         outs = run_batch(backend, zero_feeds(backend.inputs, 1))  # its own sizes
         for o in outputs:
             a = outs.get(o.name)
             if a is None:
-                raise ArtifactError(f"variant {v.name!r} returned no output {o.name!r}")
+                raise VerifyRefused(f"{who} returned no output {o.name!r}")
             if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
-                raise ArtifactError(f"variant {v.name!r} gives non-finite {o.name!r} on a "
-                                    "zero input")
+                raise VerifyRefused(f"{who} gives non-finite {o.name!r} on a zero input")
     except Exception:
         backend.close()
         raise

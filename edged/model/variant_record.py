@@ -30,8 +30,9 @@ class VariantRecord:
         self.metrics = metrics
         #: the last swap as status shows it: where to, why, and how it went
         self.last_swap: dict[str, Any] | None = None
-        #: the last pre-swap check that refused a variant, "VARIANT: why"
-        self.last_refusal: str | None = None
+        #: the last pre-swap check that refused a variant, "VARIANT: why" (not a delivered
+        #: version's ``last_refusal``, which is the board's: stage, reason, message)
+        self.last_check_refused: str | None = None
         metrics.model_ready.labels(model).set(0)
 
     def ready(self, ready: bool) -> None:
@@ -68,7 +69,7 @@ class VariantRecord:
                     "(verify = false)", self.model, variant)
 
     def refused(self, variant: str, e: Exception) -> None:
-        self.last_refusal = f"{variant}: {e}"  # what a reload of a changed file reports
+        self.last_check_refused = f"{variant}: {e}"  # what a reload of a changed file reports
         self.metrics.variant_checks.labels(self.model, variant, "refused").inc()
         log.error("verify failed: variant refused model=%s variant=%s: %s", self.model,
                   variant, e)

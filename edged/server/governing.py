@@ -74,7 +74,7 @@ class Governing:
         if getattr(cfg.governor, "enabled", False):
             from edged.governor.metrics import GovernorMetrics
             from edged.governor.policy import Governor
-            from edged.governor.sensors import Sensors
+            from edged.governor.sensors.sampler import Sensors
 
             self.sensors = Sensors(cfg.governor.sysfs_root, nvml=cfg.governor.nvml)
             self.governor = Governor(cfg.governor, trip_points=self.sensors.trip_points())

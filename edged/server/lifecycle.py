@@ -164,11 +164,20 @@ class Server:
             if self.state.store is not None:
                 await asyncio.to_thread(self.state.store.configure, srv.max_store_bytes,
                                         srv.max_store_versions)
+            before = self._bound()
             problems = [p for room in self.state.rooms for p in await room.apply(self.state.config)]
+            after = self._bound()
+            res = {**res, "listeners_opened": sorted(after - before),
+                   "listeners_closed": sorted(before - after)}
             if problems:
                 res = {**res, "listener_errors": problems}
             self.state.notifier.ready(self.health.status_line())
         return res
+
+    def _bound(self) -> set[str]:
+        """Every listener of every room as ``protocol address``: what a reload opened or
+        closed is the difference, said in its reply."""
+        return {f"{li.protocol} {li.address}" for r in self.state.rooms for li in r.listeners()}
 
     async def drain(self) -> None:
         """Stop taking new work; queued requests finish within the drain timeout."""

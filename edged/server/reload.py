@@ -101,7 +101,7 @@ def check_in_place(old: Model, new: Model, why: str) -> tuple[str | None, str]:
     (one the pre-swap check refused falls back to the reference at load) with the same
     inputs and outputs the served model promised its clients."""
     if new.active_variant != old.active_variant:
-        refusal = new.live.record.last_refusal or "see the log"
+        refusal = new.live.record.last_check_refused or "see the log"
         return (f"{why}: the new file was refused by the pre-swap check ({refusal}); the "
                 "old one serves on"), why
     if new.inputs != old.inputs or new.outputs != old.outputs:

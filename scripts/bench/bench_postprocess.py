@@ -89,14 +89,11 @@ def ssd_outputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
             "detection_classes": rng.integers(1, 91, (1, n)).astype(np.float32)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--runs", type=int, default=3000)
-    ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--objects", type=int, default=30)
-    ap.add_argument("--only", choices=("yolov8-640", "ssd-100", "yolov8-640-flat"),
-                    help="time one case alone (no interleaving)")
-    args = ap.parse_args()
+def build_cases(objects: int = 30) -> tuple[dict[str, Callable[[], list[np.ndarray]]],
+                                            dict[str, int]]:
+    """The timed cases (seeded: the same outputs every run) and what they hold: anchors
+    above ``conf`` and detections per case (docs/detection.md quotes them; a test
+    recomputes them here)."""
     rng = np.random.default_rng(0)
     frame = np.zeros((1080, 1920, 3), np.uint8)
     tf = fit(frame, "letterbox", SIZE, SIZE)[1]
@@ -105,18 +102,29 @@ def main() -> None:
     ssd_specs = [Spec("num_detections", (1,)), Spec("detection_boxes", (1, 100, 4)),
                  Spec("detection_scores", (1, 100)), Spec("detection_classes", (1, 100))]
     ssd = postprocessor(ssd_specs, decoder="ssd", resize="stretch", label_offset=1)
-    y_out, flat, s_out = {"output0": yolov8_output(rng, args.objects)}, \
+    y_out, flat, s_out = {"output0": yolov8_output(rng, objects)}, \
         {"output0": flat_output(rng)}, ssd_outputs(rng)
     cases: dict[str, Callable[[], list[np.ndarray]]] = {
         "yolov8-640": lambda: yolo.run(y_out, [tf]),
         "yolov8-640-flat": lambda: yolo.run(flat, [tf]),
         "ssd-100": lambda: ssd.run(s_out, [tf_ssd]),
     }
-    above = int((y_out["output0"][0, 4:].max(0) > 0.25).sum())
-    print(f"yolov8-640: {above} of {N} anchors above conf 0.25, {args.objects} objects; "
-          f"{len(cases['yolov8-640']()[0])} detections; flat: "
-          f"{len(cases['yolov8-640-flat']()[0])} detections; ssd: "
-          f"{len(cases['ssd-100']()[0])} detections")
+    held = {"yolov8-640 above conf": int((y_out["output0"][0, 4:].max(0) > 0.25).sum()),
+            "ssd-100 above conf": int((s_out["detection_scores"][0] > 0.25).sum())}
+    held |= {f"{name} detections": len(run()[0]) for name, run in cases.items()}
+    return cases, held
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=3000)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--objects", type=int, default=30)
+    ap.add_argument("--only", choices=("yolov8-640", "ssd-100", "yolov8-640-flat"),
+                    help="time one case alone (no interleaving)")
+    args = ap.parse_args()
+    cases, held = build_cases(args.objects)
+    print(f"{args.objects} objects; " + ", ".join(f"{k}: {v}" for k, v in held.items()))
     if args.only:
         report(measure({args.only: cases[args.only]}, args.warmup, args.runs))
         return

@@ -32,4 +32,5 @@ def open_source(url: str, insecure: bool = False) -> Source:
 
         return FolderSource(url)
     raise SourceError(f"{url!r}: a source is oci://HOST/REPO:TAG, http(s)://HOST/PATH, "
-                      "file:///PATH or a path")
+                      f"file:///PATH or a path, absolute or from ./ (./{url} for a folder "
+                      "here)")

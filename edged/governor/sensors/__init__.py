@@ -8,9 +8,14 @@ power-gated zone (EAGAIN, normal) from a broken one. At the real root we still p
 psutil for hwmon temperatures and the battery, as it follows more driver quirks.
 
 One source per file behind ``base.Source`` (thermal_zone, hwmon, ina3221, rapl, rpi,
-battery, nvml), chosen by name by the sampler (``sampler.Sensors``); ``base`` says what
-a reading promises the policy.
+battery, nvml), registered by name in ``SOURCES`` below (the one table; a new source is a
+file and a line here) and sampled by ``sampler.Sensors``, which imports this package for
+them (so this package does not import the sampler: ``from
+edged.governor.sensors.sampler import Sensors``); ``base`` says what a reading promises
+the policy.
 """
+
+import importlib
 
 from edged.governor.sensors.base import (
     BATTERY,
@@ -28,8 +33,28 @@ from edged.governor.sensors.base import (
 from edged.governor.sensors.ina3221 import TOTAL_RAILS, ina_total
 from edged.governor.sensors.rapl import rapl_permission_message
 from edged.governor.sensors.rpi import parse_throttled
-from edged.governor.sensors.sampler import SOURCES, Sensors, open_source
 from edged.governor.sensors.thermal_zone import first_passive_trip_c, read_trip_points
+
+#: source name -> module providing ``open_source(root) -> Source``, in sampling order.
+SOURCES: dict[str, str] = {
+    "thermal_zone": "edged.governor.sensors.thermal_zone",
+    "hwmon": "edged.governor.sensors.hwmon",
+    "ina3221": "edged.governor.sensors.ina3221",
+    "rapl": "edged.governor.sensors.rapl",
+    "rpi": "edged.governor.sensors.rpi",
+    "battery": "edged.governor.sensors.battery",
+    "nvml": "edged.governor.sensors.nvml",
+}
+
+
+def open_source(name: str, root: str) -> Source:
+    """The source called ``name`` reading under ``root``."""
+    if name not in SOURCES:
+        raise ValueError(f"unknown sensor source {name!r}; known: {', '.join(SOURCES)}")
+    module = importlib.import_module(SOURCES[name])
+    source: Source = module.open_source(root)
+    return source
+
 
 __all__ = [
     "BATTERY",
@@ -43,7 +68,6 @@ __all__ = [
     "TOTAL_RAILS",
     "Partial",
     "Readings",
-    "Sensors",
     "Source",
     "TripPoint",
     "first_passive_trip_c",

@@ -2,45 +2,26 @@
 
 Why a sampler apart from the sources: staleness ("read fine before, fails now") and the
 once-per-transition logging need memory across samples and across sources; each source
-only reads. Sources are chosen by name (``SOURCES``, like ``edged.backends``), so a
-replay or a test can sample just the families it has files for. Every status change is
+only reads. Sources are chosen by name (``SOURCES`` in the package's ``__init__``, like
+``edged.backends`` and ``edged.batching``), so a replay or a test can sample just the
+families it has files for. Every status change is
 logged once, not once per second.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 
-from edged.governor.sensors.base import Partial, Readings, Source, TripPoint
+from edged.governor.sensors import SOURCES, open_source  # the registry: the package
+from edged.governor.sensors.base import Partial, Readings, TripPoint
 from edged.governor.sensors.sysfs_support import describe
 from edged.governor.sensors.thermal_zone import read_trip_points
 
 log = logging.getLogger("edged.governor.sensors")
-
-#: source name -> module providing ``open_source(root) -> Source``, in sampling order.
-SOURCES: dict[str, str] = {
-    "thermal_zone": "edged.governor.sensors.thermal_zone",
-    "hwmon": "edged.governor.sensors.hwmon",
-    "ina3221": "edged.governor.sensors.ina3221",
-    "rapl": "edged.governor.sensors.rapl",
-    "rpi": "edged.governor.sensors.rpi",
-    "battery": "edged.governor.sensors.battery",
-    "nvml": "edged.governor.sensors.nvml",
-}
-
-
-def open_source(name: str, root: str) -> Source:
-    """The source called ``name`` reading under ``root``."""
-    if name not in SOURCES:
-        raise ValueError(f"unknown sensor source {name!r}; known: {', '.join(SOURCES)}")
-    module = importlib.import_module(SOURCES[name])
-    source: Source = module.open_source(root)
-    return source
 
 
 class Sensors:
@@ -56,13 +37,14 @@ class Sensors:
         *,
         nvml: bool = True,
         clock: Callable[[], float] = time.monotonic,
-        sources: Sequence[str] = tuple(SOURCES),
+        sources: Sequence[str] | None = None,
     ) -> None:
         self.root = os.path.abspath(root)
         self.real_root = self.root == "/"
         self._clock = clock
         # NVML is live hardware, never part of a replayed tree.
-        names = [n for n in sources if n != "nvml" or (nvml and self.real_root)]
+        asked = SOURCES if sources is None else sources
+        names = [n for n in asked if n != "nvml" or (nvml and self.real_root)]
         self.sources = [open_source(n, self.root) for n in names]
         self._lock = threading.Lock()
         self._kinds: dict[str, str] = {}

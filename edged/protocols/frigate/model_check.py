@@ -32,8 +32,9 @@ from edged.config.preprocess import PreprocessConfig
 from edged.detect.outputs import OutputMismatch, check_outputs
 from edged.errors import ArtifactError
 
-#: the order a graph is matched in when nobody says its type (most specific first)
-DETECT_ORDER = ("ssd", "dfine", "rfdetr", "yolonas", "yolox", "yologeneric")
+#: the order a graph is matched in when nobody says its type (most specific first): the
+#: order ``FRIGATE_TYPES`` is written in, so the types are named once
+DETECT_ORDER = tuple(FRIGATE_TYPES)
 #: input size assumed for an image input whose height/width are dynamic
 #: what Frigate stops reading under; also the NMS overlap its own decoders use
 MIN_SCORE = 0.4
