@@ -5,8 +5,8 @@ arrives, when a batch completes, when a swap's pause ends and when a policy's ho
 due; the one exception is the express lane (``submit``: a lone request on an idle model
 that the policy computes inline is computed at once, never queued). ``_kick`` asks the
 model's policy (``edged.batching.policy``: at once, ``max_delay_ms``, ``batch_window``)
-and the governor's rate cap (``throttle``) whether the next batch may start; if so it takes up to ``BatchCap.value`` compatible rows from the queue
-(``queue``), answers those that could no longer meet their deadline, and hands the batch
+and the governor's rate cap (``throttle``) whether the next batch may start; if so it
+takes up to ``BatchCap.value`` compatible rows from the queue (``queue``), answers those that could no longer meet their deadline, and hands the batch
 to the model's worker thread (or, under ``inline_max_ms``, computes it on the loop).
 While the backend computes, new requests accumulate: the next batch starts from the
 completion callback, before this one's replies are sent. So latency at low load is that
