@@ -6,8 +6,9 @@ due; the one exception is the express lane (``submit``: a lone request on an idl
 that the policy computes inline is computed at once, never queued). ``_kick`` asks the
 model's policy (``edged.batching.policy``: at once, ``max_delay_ms``, ``batch_window``)
 and the governor's rate cap (``throttle``) whether the next batch may start; if so it
-takes up to ``BatchCap.value`` compatible rows from the queue (``queue``), answers those that could no longer meet their deadline, and hands the batch
-to the model's worker thread (or, under ``inline_max_ms``, computes it on the loop).
+takes up to ``BatchCap.value`` compatible rows from the queue (``queue``), answers
+those that could no longer meet their deadline, and hands the batch to the model's
+worker thread (or, under ``inline_max_ms``, computes it on the loop).
 While the backend computes, new requests accumulate: the next batch starts from the
 completion callback, before this one's replies are sent. So latency at low load is that
 of one inference and throughput at high load that of full batches.
