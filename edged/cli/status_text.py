@@ -287,7 +287,24 @@ def _format_governor(g: dict[str, Any]) -> list[str]:
                    f"(limit {pred['limit_c']} °C; τ {pred['tau_s']} s)" + "".join(
                        f"; {m}: rung {v['rung']} of {v['equilibria_c']}"
                        for m, v in pred.get("models", {}).items()))
+    if g.get("energy"):
+        out.append("  " + energy_line(g["energy"]).replace("energy: ", "energy       ", 1))
     levels = g.get("seconds_per_level") or {}
     if levels:
         out.append("  time/level   " + ", ".join(f"{k} {v:.0f} s" for k, v in levels.items()))
     return out
+
+
+def energy_line(e: dict[str, Any] | None) -> str:
+    """``energy: 1.20 of 2.00 Wh left (60 %), mission 3600 s left; lasts the mission``."""
+    if not e:
+        return "energy budget: off"
+    if "left_wh" not in e:
+        return f"energy: {e['budget_wh']:g} Wh for {e['mission_s']:g} s (starts at the next step)"
+    end = {"mission": "at this draw the budget outlasts the mission",
+           "budget": f"at this draw the budget runs out in {e.get('empty_in_s')} s, before the "
+                     "mission ends: the plan steps down",
+           "over": "the mission is over"}.get(e.get("projected_end"), "")
+    return (f"energy: {e['left_wh']:.3f} of {e['budget_wh']:.3f} Wh left "
+            f"({e['left_pct']:.0f} %), mission {e['mission_left_s']:.0f} s left "
+            f"(set by {e.get('by')}); {end}")
