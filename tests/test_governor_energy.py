@@ -138,7 +138,7 @@ def test_tick_demand_is_the_held_demand_averaged() -> None:
 
 
 def test_on_a_shipped_power_trace_the_mission_completes_near_the_oracle() -> None:
-    trace = load_trace(TRACES / "synthetic-drone-survey-power.csv")
+    trace = load_trace(TRACES / "power" / "synthetic-drone-survey.csv")
     r = judge(GovernorConfig(enabled=True), trace, shares=(0.5,))
     row = r["budgets"][0]
     assert row["completed"] and row["died_at_s"] is None

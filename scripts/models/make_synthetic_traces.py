@@ -10,7 +10,7 @@ presented as recordings. The plant is a sum of two first-order responses — a f
 overshoot at a load step; readings are quantised like the real sensors (1 °C on a Pi,
 tegrastats' 0.5 °C-ish on a Jetson) with seeded noise.
 
-    python scripts/models/make_synthetic_traces.py            # rewrites examples/traces/synthetic-*
+    python scripts/models/make_synthetic_traces.py  # rewrites examples/traces/{,power/}synthetic-*
 """
 
 from __future__ import annotations
@@ -124,10 +124,12 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "synthetic-pi4-heatup.csv").write_text(pi4_heatup(random.Random(4)))
     (OUT / "synthetic-orin-nano-tegrastats.log").write_text(orin_tegrastats(random.Random(8)))
-    (OUT / "synthetic-drone-survey-power.csv").write_text(drone_survey(random.Random(20)))
-    (OUT / "synthetic-solar-camera-power.csv").write_text(solar_camera(random.Random(2)))
+    power = OUT / "power"  # power only: for the energy budget mode, not the thermal levels
+    power.mkdir(exist_ok=True)
+    (power / "synthetic-drone-survey.csv").write_text(drone_survey(random.Random(20)))
+    (power / "synthetic-solar-camera.csv").write_text(solar_camera(random.Random(2)))
     print(f"wrote {OUT}/synthetic-pi4-heatup.csv, synthetic-orin-nano-tegrastats.log, "
-          "synthetic-drone-survey-power.csv, synthetic-solar-camera-power.csv")
+          "power/synthetic-drone-survey.csv, power/synthetic-solar-camera.csv")
 
 
 if __name__ == "__main__":
