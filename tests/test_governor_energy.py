@@ -107,6 +107,19 @@ def test_an_operator_budget_counts_from_now_and_carries_what_is_left() -> None:
     assert gov.snapshot()["energy"] is None
 
 
+def test_a_reload_keeps_the_account_unless_the_table_changed() -> None:
+    cfg = GovernorConfig(enabled=True, energy=EnergyConfig(1.0, 100.0))
+    old = Governor(cfg, clock=lambda: 0.0)
+    for t in (0, 1, 2):
+        old.step(Readings(timestamp=t, wall_time=t, total_power_w=36.0), now=t)
+    same = Governor(cfg, clock=lambda: 2.0, energy_from=old.energy)
+    assert same.snapshot()["energy"]["spent_wh"] == pytest.approx(0.02)
+    changed = Governor(GovernorConfig(enabled=True, energy=EnergyConfig(2.0, 100.0)),
+                       clock=lambda: 2.0, energy_from=old.energy)
+    assert changed.snapshot()["energy"] == {"budget_wh": 2.0, "mission_s": 100.0,
+                                            "by": "config", "started": False}
+
+
 def _brute_force(demand: np.ndarray, budget: float, hold: int) -> float:
     """Every schedule of rungs, changing no more often than every ``hold`` ticks."""
     best = -1.0

@@ -90,6 +90,11 @@ def test_the_budget_changes_live_through_the_control_api(
         assert r["status"] == "OK"
         assert r["energy"]["budget_wh"] == 0.05 and r["energy"]["by"] == "operator"
         wait_until(lambda: active(d) == "small-fp32", 30, "a small budget steps down")
+        before = status(d)["governor"]["energy"]
+        assert d.ctl({"op": "reload"})["status"] == "OK"  # a new Governor: the account carries
+        after = status(d)["governor"]["energy"]
+        assert after["by"] == "operator" and after["budget_wh"] == 0.05
+        assert after["spent_wh"] >= before["spent_wh"] > 0
         r = _cli(d, "ctl", "energy", "--budget-wh", "1000", "--mission", "1h")
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith("energy: ") and "1000.000 Wh" in r.stdout, r.stdout

@@ -1,20 +1,20 @@
 """The energy budget mode: spend ``budget_wh`` over ``mission_s`` so the mission completes
 with the most work.
 
-Why pacing on the allowed power: with the work and the power of each rung both
-proportional to the demand (a rung's energy per inference times the inference rate),
-a joule moved from one moment to another buys the same work, so the best schedule is
-a mix of two adjacent rungs at any demand (docs/governor.md, "Energy budget"). The
-planner therefore only has to keep the spending on course: each step it divides the
-energy left by the mission time left (``allowed_w``) and picks the heaviest ladder step
-whose predicted power fits under it. Running lighter than allowed raises the allowance,
-and the planner climbs again; running heavier lowers it, and it steps down; so nearly
-the whole budget is spent and the mission ends with it.
+Why a plan on energy per inference: a rung's work and its power above idle are both
+proportional to the demand (the inference rate times the rung's energy per inference),
+so a joule buys the same work whenever it is spent, and the best schedule is a mix of
+two adjacent rungs at any demand (docs/governor.md, "Energy budget mode"). The plan
+therefore only keeps the spending on course: each step it divides what the budget
+leaves above idle by the inferences the rest of the mission expects (the mission's
+mean rate so far) and picks the heaviest ladder step whose energy per inference fits.
+Running lighter than that raises the allowance and the plan climbs again; running
+heavier lowers it and it steps down; so nearly the whole budget is spent as the
+mission ends.
 
 What is measured: the board's total power (integrated into ``spent_j``), the rows the
 models computed (``observe_rows``), and from both each step's energy per inference above
-idle (:class:`EnergyBook`). The power a step would draw now is ``idle + rate × its
-energy per inference``. A step never run is explored downwards when every known step
+idle (:class:`EnergyBook`). A step never run is explored downwards when every known step
 is too heavy; a heavier step never run is guessed at ``UNKNOWN_HEAVIER`` × the next one.
 
 Safety: a step is chosen only when holding it for the swap budget's interval and then
