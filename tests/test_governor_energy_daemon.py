@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def test_a_small_budget_steps_down_and_status_shows_it(
 [governor.energy]
 budget_wh = 0.05
 mission_s = 600
-"""))
+"""), metrics=True)
     load = Streamers(d, n=2)
     try:
         wait_until(lambda: active(d) == "small-fp32", 30, "the budget steps down the ladder")
@@ -66,6 +67,10 @@ mission_s = 600
     assert e["power_w"] == 12.0 and e["projected_end"] == "budget"
     assert e["mission_left_s"] < 600 and e["step"] == 2
     assert "energy: " in g["reason"] and g["readings"]["power"]["BAT0"] == 12.0
+    scraped = urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics").read()
+    left = next(ln for ln in scraped.decode().splitlines()
+                if ln.startswith("edged_energy_budget_left_joules "))
+    assert float(left.split()[1]) < 0.05 * 3600
     text = _cli(d, "status")
     assert text.returncode == 0, text.stderr
     line = next(ln for ln in text.stdout.splitlines() if ln.strip().startswith("energy"))

@@ -227,6 +227,8 @@ class EnergyPlan:
                f"{self.allowed_w:.2f} W")
         if known and floor_w * t_left > left:
             why += f"; even the lightest known step ({floor_w:.2f} W) runs out first"
+        if book.power_w is None:
+            why += "; no power reading yet, so nothing is counted"
         return want, urgent, why
 
     def _predictions(self, n: int) -> list[float | None]:
