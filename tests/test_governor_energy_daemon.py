@@ -75,6 +75,7 @@ mission_s = 600
     assert text.returncode == 0, text.stderr
     line = next(ln for ln in text.stdout.splitlines() if ln.strip().startswith("energy"))
     assert "of 0.050 Wh left" in line and "runs out in" in line, line
+    assert "the energy budget steps the ladder 2 rung(s) down" in text.stdout, text.stdout
 
 
 def test_the_budget_changes_live_through_the_control_api(

@@ -126,8 +126,8 @@ def _model_details(m: dict[str, Any], g: dict[str, Any] | None) -> list[str]:
 
 def held_below_top(m: dict[str, Any], g: dict[str, Any] | None) -> str | None:
     """Why a model serves a rung below its top one, from what the status reply says:
-    an operator's pin, the load, the governor's level, or the swap budget holding it
-    there until it may step back up; None when it serves its top rung."""
+    an operator's pin, the load, the governor's level or energy budget, or the swap
+    budget holding it there until it may step back up; None when it serves its top rung."""
     variants, active = m.get("variants") or [], m.get("active_variant")
     if active not in variants or variants.index(active) == 0:
         return None
@@ -151,8 +151,10 @@ def held_below_top(m: dict[str, Any], g: dict[str, Any] | None) -> str | None:
                        f"{steps} applied; it steps back one rung in {hold:.0f} s (at most one "
                        f"change per {budget.get('min_interval_s', 0):g} s)")
         elif steps >= index:
-            why.append(f"governor level {g['level']}{pinned} steps the ladder {steps} "
-                       f"rung(s) down")
+            energy = g.get("energy") or {}
+            who = ("the energy budget" if not pinned and energy.get("step", 0) >= steps
+                   else f"governor level {g['level']}{pinned}")
+            why.append(f"{who} steps the ladder {steps} rung(s) down")
     if not why:
         swap = m.get("last_swap") or {}
         why.append(f"the last swap up failed: {swap['error']}" if swap.get("error")
