@@ -37,7 +37,7 @@ EWMA = 0.3
 DECAY = 0.98
 #: a heavier step never run is assumed to cost this many times the next lighter one
 UNKNOWN_HEAVIER = 2.0
-#: going heavier needs its predicted power this far (relative) below the allowance
+#: going heavier needs its energy per inference this far (relative) below the allowance
 HEAVIER_MARGIN = 0.02
 WH = 3600.0
 
@@ -135,7 +135,7 @@ class EnergyPlan:
         """An operator's new budget and/or mission, counted from ``now``: what is not
         given carries on from what is left of it."""
         a = self.account
-        left_j = self.left_j(now) if a is not None else None
+        left_j = self.left_j() if a is not None else None
         left_s = self.mission_left_s(now) if a is not None else None
         budget_j = budget_wh * WH if budget_wh is not None else left_j
         mission = mission_s if mission_s is not None else left_s
@@ -160,7 +160,7 @@ class EnergyPlan:
             self.account, self.by = old.account, old.by
 
     # -- the account ----------------------------------------------------------------------
-    def left_j(self, now: float) -> float:
+    def left_j(self) -> float:
         a = self.account
         assert a is not None
         return a.budget_j - a.spent_j
@@ -192,7 +192,7 @@ class EnergyPlan:
         """The heaviest step whose energy per inference fits what is left per inference
         the rest of the mission expects (at the mission's mean rate so far), if holding
         it for the swap interval still lets the lightest known step finish."""
-        left, t_left = self.left_j(now), self.mission_left_s(now)
+        left, t_left = self.left_j(), self.mission_left_s(now)
         if t_left <= 0:
             self.allowed_w = None
             return 0, False, "mission over"
@@ -249,7 +249,7 @@ class EnergyPlan:
         if now is None:
             return {"budget_wh": round(a.budget_j / WH, 4), "mission_s": a.mission_s,
                     "by": self.by, "started": False}
-        left, t_left = self.left_j(now), self.mission_left_s(now)
+        left, t_left = self.left_j(), self.mission_left_s(now)
         power = self.book.power_w
         empty_in = None if not power or power <= 0 else max(left, 0.0) / power
         return {
