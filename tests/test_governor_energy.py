@@ -15,14 +15,14 @@ import pytest
 from support.paths import ROOT
 from support.sysfs import make_battery, write_value
 
-from edged.config.governor import GovernorConfig
+from edged.config.governor import GovernorConfig, LevelConfig
 from edged.config.governor_energy import EnergyConfig
 from edged.config.schema import Table
 from edged.errors import InvalidArgument
 from edged.governor.energy_oracle import Rung, solve, tick_demand
 from edged.governor.energy_sim import judge
 from edged.governor.policy import Governor
-from edged.governor.sensors import Readings, Sensors
+from edged.governor.sensors import THERMAL, Readings, Sensors
 from edged.governor.trace import load_trace
 
 TRACES = ROOT / "examples" / "traces"
@@ -105,6 +105,25 @@ def test_an_operator_budget_counts_from_now_and_carries_what_is_left() -> None:
     assert later is not None and later["budget_wh"] == pytest.approx(1.0 - 30 / 3600, abs=1e-4)
     assert gov.set_energy(None, None, off=True) is None
     assert gov.snapshot()["energy"] is None
+
+
+def test_running_out_spends_the_swap_budget_early() -> None:
+    """A step down the budget needs at once is not held for the swap interval."""
+    levels = (LevelConfig("normal"), LevelConfig("warm", enter_c=70.0, exit_c=65.0,
+                                                 ladder_steps=1))
+    gov = Governor(GovernorConfig(enabled=True, levels=levels, swap_min_interval_s=300.0),
+                   clock=lambda: 0.0)
+
+    def step(t: int, temp: float) -> int:
+        gov.observe_load("m", 0, 1.0, ladder_len=3, rows=10)
+        r = Readings(timestamp=t, wall_time=t, temperatures={"zone": temp},
+                     kinds={"zone": THERMAL}, total_power_w=6.0)
+        return gov.step(r, now=t).ladder_steps
+
+    assert step(0, 75.0) == 1  # warm: the first change is free
+    assert [step(t, 50.0) for t in range(1, 20)][-1] == 1  # cool, but the swap budget holds
+    gov.set_energy(0.001, 600.0)  # 3.6 J for 600 s: nothing fits
+    assert step(20, 50.0) == 2 and gov.decision.energy["urgent"] is True
 
 
 def test_a_reload_keeps_the_account_unless_the_table_changed() -> None:
