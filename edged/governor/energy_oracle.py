@@ -10,8 +10,10 @@ Resolution: time in ticks of ``tick_s`` (a rung is held for a whole tick; the de
 is averaged over it, which is exact because a tick's work and energy are both linear
 in the demand), energy in ``buckets`` equal parts of what the budget leaves above the
 idle power over the mission (each tick's energy above idle rounded to the nearest
-part; idle is spent whatever runs). ``solve`` reports the schedule's energy recomputed
-without rounding; ``energy_sim`` runs it at two resolutions to show the result holds.
+part; idle is spent whatever runs). The schedule's energy is recomputed without
+rounding and must be within the budget (``solve``). How far that schedule can be from
+the best is bounded without any rounding by the Lagrangian dual (``upper_bound``): the
+best work lies between the two.
 """
 
 from __future__ import annotations
@@ -60,9 +62,26 @@ def tick_demand(demand: Sequence[tuple[float, float]], tick_s: float,
     return out / widths
 
 
+#: re-solves on a budget lowered by what rounding let a schedule overspend
+FEASIBLE_TRIES = 6
+
+
 def solve(demand: np.ndarray, tick_s: float, idle_w: float, rungs: Sequence[Rung],
           budget_j: float, hold_s: float, buckets: int = 2000) -> OracleResult | None:
-    """The best schedule, or None when even the lightest rung cannot finish."""
+    """The best schedule whose energy, recomputed without rounding, is within the budget
+    (rounding each tick lets the table overspend a little, so the budget it plans on is
+    lowered by that until it does not); None when even the lightest rung cannot finish."""
+    plan_j = budget_j
+    for _ in range(FEASIBLE_TRIES):
+        best = _solve(demand, tick_s, idle_w, rungs, plan_j, hold_s, buckets)
+        if best is None or best.energy_j <= budget_j * (1 + 1e-9):
+            return best
+        plan_j -= best.energy_j - budget_j
+    return None
+
+
+def _solve(demand: np.ndarray, tick_s: float, idle_w: float, rungs: Sequence[Rung],
+           budget_j: float, hold_s: float, buckets: int) -> OracleResult | None:
     n, r = len(demand), len(rungs)
     widths = np.full(n, tick_s)
     p = np.array([g.power_w for g in rungs])
@@ -119,3 +138,41 @@ def _walk(switch_to: np.ndarray, cost: np.ndarray, gain: np.ndarray, joules: np.
         energy += float(joules[t, rung])
         chosen.append(rung)
     return OracleResult(work, energy, tuple(chosen), swaps, tick_s, buckets)
+
+
+def upper_bound(demand: np.ndarray, tick_s: float, idle_w: float, rungs: Sequence[Rung],
+                budget_j: float, hold_s: float, grid: int = 64) -> float:
+    """A bound no schedule's work exceeds, without rounding anything: for any price
+    ``λ ≥ 0`` of a joule, the most of ``work − λ·(energy − budget)`` over schedules that
+    keep the swap interval (a small exact DP, no energy in the state) is at least the
+    best work within the budget; the least of it over a grid of prices, refined once."""
+    p = np.array([g.power_w for g in rungs])
+    v = np.array([g.value for g in rungs])
+    joules = (idle_w + demand[:, None] * p[None, :]) * tick_s
+    gain = demand[:, None] * v[None, :] * tick_s
+    held = max(1, math.ceil(hold_s / tick_s - 1e-9))
+    top = float(v.max() / max(p.min(), 1e-9))  # beyond this price no joule pays
+    prices = np.concatenate([[0.0], np.geomspace(top * 1e-4, top, grid)])
+    bound = _dual(prices, gain, joules, held, budget_j)
+    k = int(np.argmin(bound))
+    lo, hi = prices[max(k - 1, 0)], prices[min(k + 1, len(prices) - 1)]
+    fine = np.linspace(lo, hi, grid)
+    return float(min(bound.min(), _dual(fine, gain, joules, held, budget_j).min()))
+
+
+def _dual(prices: np.ndarray, gain: np.ndarray, joules: np.ndarray, held: int,
+          budget_j: float) -> np.ndarray:
+    """``max over schedules of work − λ·(energy − budget)`` for each price ``λ``."""
+    n, r = gain.shape
+    nxt = np.zeros((len(prices), r, held))
+    for t in range(n - 1, -1, -1):
+        shifted = nxt + (gain[t][None, :] - prices[:, None] * joules[t][None, :])[:, :, None]
+        cur = np.empty_like(nxt)
+        cur[:, :, :-1] = shifted[:, :, 1:]
+        fresh = shifted[:, :, 0]
+        for j in range(r):
+            options = fresh.copy()
+            options[:, j] = shifted[:, j, -1]
+            cur[:, j, -1] = options.max(axis=1)
+        nxt = cur
+    return nxt[:, 0, -1] + prices * budget_j
