@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
@@ -58,6 +59,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rb = action("rollback", "serve a delivered model's previous version again; the current "
                             "one is never taken again")
     rb.add_argument("model", help="the model's name")
+    en = action("energy", "the governor's energy budget: set a budget and/or a mission length "
+                          "counted from now, or --off; without options, what is in force")
+    en.add_argument("--budget-wh", type=float, metavar="WH", help="watt-hours from now")
+    en.add_argument("--mission", type=duration_s, metavar="DURATION",
+                    help="mission length from now: seconds, or 90s, 30m, 2h, 1h30m")
+    en.add_argument("--off", action="store_true", help="end the energy budget mode")
 
 
 def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | None:
@@ -83,6 +90,10 @@ def cmd_ctl(args: argparse.Namespace) -> int:
         msg["variant"] = args.variant
     if args.action == "level":
         msg["level"] = args.level
+    if args.action == "energy":
+        given = {"budget_wh": args.budget_wh, "mission_s": args.mission,
+                 "off": args.off or None}
+        msg.update({k: v for k, v in given.items() if v is not None})
     r = _control(args, msg)
     if r is None:
         return 3
@@ -100,6 +111,10 @@ def action_line(action: str, r: dict[str, Any]) -> str:
     """What an OK control reply changed, in one line."""
     if action == "level":
         return level_line(r.get("governor") or {})
+    if action == "energy":
+        from edged.cli.status_text import energy_line
+
+        return energy_line(r.get("energy"))
     if action == "reload":
         return reload_line(r.get("reload") or {})
     if action in ("pull", "promote", "rollback"):
@@ -115,6 +130,16 @@ def action_line(action: str, r: dict[str, Any]) -> str:
     if action == "load":
         return f"{m.get('name')}: {m.get('state')} ({m.get('active_variant')})"
     return f"{m.get('name')}: {m.get('state')}"
+
+
+def duration_s(text: str) -> float:
+    """``5400``, ``90s``, ``30m``, ``2h`` or ``1h30m`` in seconds (argparse's type)."""
+    m = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*"
+                     r"(?:(\d+(?:\.\d+)?)s?)?\s*", text)
+    if not text.strip() or m is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 5400, 90m, 2h)")
+    h, mi, sec = (float(g) if g else 0.0 for g in m.groups())
+    return h * 3600 + mi * 60 + sec
 
 
 def delivery_line(d: dict[str, Any]) -> str:

@@ -126,8 +126,8 @@ def _model_details(m: dict[str, Any], g: dict[str, Any] | None) -> list[str]:
 
 def held_below_top(m: dict[str, Any], g: dict[str, Any] | None) -> str | None:
     """Why a model serves a rung below its top one, from what the status reply says:
-    an operator's pin, the load, the governor's level, or the swap budget holding it
-    there until it may step back up; None when it serves its top rung."""
+    an operator's pin, the load, the governor's level or energy budget, or the swap
+    budget holding it there until it may step back up; None when it serves its top rung."""
     variants, active = m.get("variants") or [], m.get("active_variant")
     if active not in variants or variants.index(active) == 0:
         return None
@@ -151,8 +151,10 @@ def held_below_top(m: dict[str, Any], g: dict[str, Any] | None) -> str | None:
                        f"{steps} applied; it steps back one rung in {hold:.0f} s (at most one "
                        f"change per {budget.get('min_interval_s', 0):g} s)")
         elif steps >= index:
-            why.append(f"governor level {g['level']}{pinned} steps the ladder {steps} "
-                       f"rung(s) down")
+            energy = g.get("energy") or {}
+            who = ("the energy budget" if not pinned and energy.get("step", 0) >= steps
+                   else f"governor level {g['level']}{pinned}")
+            why.append(f"{who} steps the ladder {steps} rung(s) down")
     if not why:
         swap = m.get("last_swap") or {}
         why.append(f"the last swap up failed: {swap['error']}" if swap.get("error")
@@ -287,7 +289,24 @@ def _format_governor(g: dict[str, Any]) -> list[str]:
                    f"(limit {pred['limit_c']} °C; τ {pred['tau_s']} s)" + "".join(
                        f"; {m}: rung {v['rung']} of {v['equilibria_c']}"
                        for m, v in pred.get("models", {}).items()))
+    if g.get("energy"):
+        out.append("  " + energy_line(g["energy"]).replace("energy: ", "energy       ", 1))
     levels = g.get("seconds_per_level") or {}
     if levels:
         out.append("  time/level   " + ", ".join(f"{k} {v:.0f} s" for k, v in levels.items()))
     return out
+
+
+def energy_line(e: dict[str, Any] | None) -> str:
+    """``energy: 1.20 of 2.00 Wh left (60 %), mission 3600 s left; lasts the mission``."""
+    if not e:
+        return "energy budget: off"
+    if "left_wh" not in e:
+        return f"energy: {e['budget_wh']:g} Wh for {e['mission_s']:g} s (starts at the next step)"
+    end = {"mission": "at this draw the budget outlasts the mission",
+           "budget": f"at this draw the budget runs out in {e.get('empty_in_s')} s, before the "
+                     "mission ends: the plan steps down",
+           "over": "the mission is over"}.get(e.get("projected_end"), "")
+    return (f"energy: {e['left_wh']:.3f} of {e['budget_wh']:.3f} Wh left "
+            f"({e['left_pct']:.0f} %), mission {e['mission_left_s']:.0f} s left "
+            f"(set by {e.get('by')}); {end}")

@@ -8,8 +8,9 @@ Every problem names its key (``governor.levels[1].exit_c``) via :class:`edged.co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from edged.config.governor_energy import EnergyConfig
 from edged.config.schema import Table, non_negative, positive
 
 STALE_POLICIES = ("hot", "ignore", "hold")
@@ -176,6 +177,8 @@ class GovernorConfig:
     #: None = derive from the board's trip points when the Governor starts ("auto").
     levels: tuple[LevelConfig, ...] | None = None
     auto_max_batch_size: int | None = 1
+    #: ``[governor.energy]``: a budget over a mission (``governor/energy.py``)
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
 
     @classmethod
     def from_table(cls, t: Table) -> GovernorConfig:
@@ -215,6 +218,7 @@ class GovernorConfig:
         )
         nvml = t.get("nvml", bool, True)
         auto_batch = t.get("auto_max_batch_size", int, 1, check=positive)
+        energy = EnergyConfig.from_table(t.table("energy"))
         levels: tuple[LevelConfig, ...] | None = None
         raw = t.data.get("levels")
         if raw is None or isinstance(raw, str):
@@ -260,6 +264,7 @@ class GovernorConfig:
             nvml=bool(nvml),
             levels=levels,
             auto_max_batch_size=auto_batch,
+            energy=energy,
         )
 
 

@@ -41,6 +41,8 @@ class Decision:
     #: per-model ladder step (level and predicted choice, after the swap budget); a model
     #: not listed follows ``ladder_steps``.
     variant_steps: dict[str, int] | None = None
+    #: the energy budget's account and the step it asks for (``energy.py``); None: off.
+    energy: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,4 +63,5 @@ class Decision:
             "forecast": self.forecast,
             "prediction": self.prediction,
             "variant_steps": self.variant_steps,
+            "energy": self.energy,
         }

@@ -75,6 +75,16 @@ class GovernorMetrics:
             "Total power averaged over power_window_s, as used for the power budget.",
             registry=registry,
         )
+        self.energy_left = Gauge(
+            "edged_energy_budget_left_joules",
+            "[governor.energy]: what is left of the energy budget (NaN without one).",
+            registry=registry,
+        )
+        self.mission_left = Gauge(
+            "edged_energy_mission_left_seconds",
+            "[governor.energy]: seconds left of the mission (NaN without a budget).",
+            registry=registry,
+        )
         self._levels: list[str] = list(levels)
         for name in self._levels:
             self.level_info.labels(level=name).set(0)
@@ -106,6 +116,9 @@ class GovernorMetrics:
             self.level_seconds.labels(level=decision.level).inc(dt)
         self.headroom.set(decision.headroom if decision.headroom is not None else float("nan"))
         self.power_total.set(decision.power_w if decision.power_w is not None else float("nan"))
+        e = decision.energy or {}
+        self.energy_left.set(e["left_wh"] * 3600 if "left_wh" in e else float("nan"))
+        self.mission_left.set(e.get("mission_left_s", float("nan")))
 
     @staticmethod
     def _sync(gauge: Gauge, shown: set[str], values: dict[str, float]) -> None:

@@ -13,7 +13,9 @@ Rules (docs/governor.md explains them for operators); each part is its own objec
 * the power budget (``power_budget.py``): a stepping controller whose level is a floor;
 * the operator's pin (``pins.py``) overrides everything until released;
 * the ladder step moves only when the swap budget allows; with ``predict`` the step per
-  model is the heavier of the level's and the predicted choice (``prediction.py``).
+  model is the heavier of the level's and the predicted choice (``prediction.py``);
+* an energy budget over a mission (``energy.py``) asks for a ladder step of its own; the
+  lighter of it and the level's applies.
 
 ``step`` is pure policy (no I/O: the sampler in ``sensors/`` reads, the daemon's
 governing module calls both) with time injected, so tests drive it with ramps.
@@ -30,6 +32,7 @@ from typing import Any
 
 from edged.config.governor import GovernorConfig, LevelConfig
 from edged.governor.decision import Decision
+from edged.governor.energy import EnergyPlan
 from edged.governor.forecast import ForecastGate
 from edged.governor.levels import Hysteresis, Levels
 from edged.governor.pins import LevelPin
@@ -44,7 +47,8 @@ class Governor:
     """Policy state. Thread-safe: ``step``/``pin``/``observe_load``/``snapshot`` from anywhere.
 
     ``trip_points`` (``Sensors.trip_points()``) are only read for ``levels = "auto"``;
-    without them the auto levels use the fallback trip.
+    without them the auto levels use the fallback trip. ``energy_from``: the energy plan
+    of the governor this one replaces (on reload).
     """
 
     def __init__(
@@ -52,6 +56,7 @@ class Governor:
         cfg: GovernorConfig,
         clock: Callable[[], float] = time.monotonic,
         trip_points: dict[str, list[TripPoint]] | None = None,
+        energy_from: EnergyPlan | None = None,
     ) -> None:
         self.cfg = cfg
         self._clock = clock
@@ -65,6 +70,10 @@ class Governor:
         self._budget = PowerBudget(cfg.power_budget_w, cfg.power_budget_exit_w,
                                    cfg.power_window_s, cfg.dwell_s)
         self._predictor = Predictor(cfg.predict, cfg.swap_min_interval_s)
+        self.energy = EnergyPlan(cfg.energy, cfg.swap_min_interval_s)
+        if energy_from is not None:  # a reload does not refill the energy budget
+            self.energy.carry_over(energy_from)
+        self._ladder_len = 1 + max(lv.ladder_steps for lv in self._levels.levels)
         self._last: Decision = self._decision(0, "starting", changed=False, inputs=Inputs())
         self._last_readings: Readings | None = None
         self._last_now: float | None = None
@@ -103,16 +112,22 @@ class Governor:
         duty: float,
         now: float | None = None,
         ladder_len: int | None = None,
+        rows: int | None = None,
     ) -> None:
         """Report which variant of ``model`` is active and its compute duty cycle (0..1).
 
         The daemon calls this each governor tick (or on a swap); ``ladder_len`` is the
         model's number of variants. It feeds the per-variant power the prediction uses;
-        ``now`` is accepted for symmetry with ``step`` (learning happens in ``step``).
+        ``now`` is accepted for symmetry with ``step`` (learning happens in ``step``);
+        ``rows`` computed since the last report feed the energy budget's cost per step.
         """
         del now
         with self._lock:
             self._predictor.observe(model, variant_index, duty, ladder_len)
+            if ladder_len is not None:
+                self._ladder_len = max(self._ladder_len, ladder_len)
+            if rows is not None:
+                self.energy.observe_rows(rows)
 
     def step(self, readings: Readings, now: float | None = None) -> Decision:
         """One policy step on ``readings`` at time ``now`` (default: the governor clock)."""
@@ -125,6 +140,8 @@ class Governor:
             inputs = self._inputs.read(readings, now)
             reason = self._advance(inputs, now)  # moves the automatic level first
             index, reason = self._pin.apply(self._auto.index, reason)
+            self.energy.update(now, readings.total_power_w, self._last.ladder_steps,
+                               self._ladder_len)
             prediction = self._predictor.predict(inputs.temp, readings.total_power_w, now,
                                                  self.first_threshold_c)
             decision = self._decision(
@@ -135,6 +152,18 @@ class Governor:
                 log.info("governor: %s -> %s: %s", self._last.level, decision.level, reason)
             self._last = decision
             return decision
+
+    def set_energy(self, budget_wh: float | None, mission_s: float | None,
+                   off: bool = False) -> dict[str, Any] | None:
+        """An operator's energy budget and mission from now (``off``: no budget); the
+        budget then in force (``InvalidArgument`` when nothing would be)."""
+        with self._lock:
+            now = self._clock()
+            if off:
+                self.energy.off()
+            else:
+                self.energy.set(budget_wh, mission_s, now)
+            return self.energy.snapshot(now)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-safe state for ``edged status`` and the health reply."""
@@ -165,6 +194,7 @@ class Governor:
                 "trip_c": self.trip_c,
                 "seconds_per_level": dict(self._seconds),
                 "readings": self._last_readings.to_dict() if self._last_readings else None,
+                "energy": self.energy.snapshot(self._last_now),
             }
 
     def _advance(self, inp: Inputs, now: float) -> str:
@@ -214,12 +244,16 @@ class Governor:
         if inputs.temp is not None and self.first_threshold_c:
             headroom = inputs.temp / self.first_threshold_c
         want = lv.ladder_steps
+        energy = self.energy if now is not None and self.energy.active else None
+        if energy is not None and energy.step > want and self._pin.index is None:
+            want, reason = energy.step, f"{reason}; {energy.why}"
         steps, hold, per_model, wanted = want, None, None, want
         if now is not None:  # the "starting" decision spends no swap budget
             hard_c = self._levels.hard_c
             force = (self._pin.index is not None or inputs.stale_hot is not None
                      or (hard_c is not None and inputs.temp is not None
-                         and inputs.temp >= hard_c))
+                         and inputs.temp >= hard_c)
+                     or (energy is not None and energy.urgent))
             steps, hold, per_model, wanted = self._predictor.ladder(want, now, force, prediction)
         return Decision(
             level=lv.name,
@@ -239,6 +273,7 @@ class Governor:
             forecast=inputs.fit.to_dict() if inputs.fit is not None else None,
             prediction=prediction,
             variant_steps=per_model,
+            energy=None if energy is None else energy.snapshot(now),
         )
 
 

@@ -9,7 +9,8 @@ Printed: each decision that changes the level or the ladder step (time, level, l
 reason) and a summary (level changes, ladder changes, time per level, first escalation,
 first step down the ladder, peak temperature, escalations by the forecast, and the lead
 time before the device's own throttling when the trace has a ``throttled`` column).
-``--simulate`` closes the loop with a first-order plant (see ``simulate.py``).
+``--simulate`` closes the loop with a first-order plant (see ``simulate.py``) and, on a
+trace with power, judges the energy budget mode against its oracle (``energy_sim.py``).
 """
 
 from __future__ import annotations
@@ -73,11 +74,14 @@ def run(args: argparse.Namespace) -> int:
         cfg = replace(cfg, levels=tuple(auto_levels(args.trip, cfg.auto_max_batch_size)))
     result = replay(cfg, trace)
     if args.simulate:
+        from edged.governor.energy_sim import has_power, judge
         from edged.governor.simulate import compare, default_ladder, default_plant, demand_profile
 
         trip = args.trip if args.trip is not None else _trip_of(result)
         plant = default_plant(trace, trip)
         result["simulation"] = compare(cfg, plant, default_ladder(5.0), demand_profile(trace))
+        if has_power(trace):  # the energy budget mode against its oracle (energy_sim.py)
+            result["simulation"]["energy"] = judge(cfg, trace)
     if args.plot is not None:
         try:
             plot(trace, result, args.plot)
@@ -196,6 +200,10 @@ def format_text(result: dict[str, Any]) -> str:
                          f"{r['work_lost_vs_heaviest_pct']:>17.1f}%"
                          f"{r['work_lost_vs_lightest_pct']:>12.1f}%  "
                          + ", ".join(f"{k} {v:.0f}" for k, v in r["seconds_on"].items()))
+        if sim.get("energy"):
+            from edged.governor.energy_sim import format_text as energy_text
+
+            lines += energy_text(sim["energy"])
     return "\n".join(lines)
 
 

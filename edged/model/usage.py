@@ -20,6 +20,7 @@ COST_ALPHA = 0.2
 class ModelUsage:
     def __init__(self) -> None:
         self._busy_s = 0.0  # compute seconds since the last take_duty()
+        self._rows = 0  # rows computed since the last take_rows()
         self._duty_since = time.monotonic()
         #: (when, share of its deadline the request used) per answered request with one
         self._answers: deque[tuple[float, float]] = deque(maxlen=MAX_ANSWERS)
@@ -28,6 +29,7 @@ class ModelUsage:
     def computed(self, variant: str, rows: int, compute_s: float) -> None:
         """A batch of ``rows`` ran on ``variant`` in ``compute_s``."""
         self._busy_s += compute_s
+        self._rows += rows
         per_row = compute_s / max(rows, 1)
         old = self._cost.get(variant)
         self._cost[variant] = per_row if old is None else (
@@ -48,6 +50,11 @@ class ModelUsage:
     def cost_per_row(self, variant: str) -> float | None:
         """Seconds of compute per row on ``variant`` (None: it has not run)."""
         return self._cost.get(variant)
+
+    def take_rows(self) -> int:
+        """Rows computed since the last call: the energy budget's inferences."""
+        rows, self._rows = self._rows, 0
+        return rows
 
     def take_duty(self) -> float:
         """Fraction of the time since the last call that a batch was computing (0..1)."""

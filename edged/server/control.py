@@ -53,7 +53,7 @@ class Control:
             "status": self._status, "models": self._models, "reload": self._reload_op,
             "load": self._load_op, "unload": self._unload, "level": self._level,
             "swap": self._swap, "pull": self._pull, "promote": self._promote,
-            "rollback": self._rollback_op,
+            "rollback": self._rollback_op, "energy": self._energy,
         }
         assert set(self.ops) == set(CONTROL_OPS), "server and client disagree on control ops"
         self.sock: zmq.asyncio.Socket | None = None
@@ -146,6 +146,11 @@ class Control:
         while any(m.swapping for m in self.state.registry) and loop.time() < end:
             await asyncio.sleep(0.05)  # answer once the models are on their new rungs
         return {"governor": self.governing.summary() or snapshot}
+
+    async def _energy(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """A new energy budget or mission (or only what is in force): the reply is the
+        budget in force once it applies."""
+        return self.governing.set_energy(msg)
 
     async def _unload(self, msg: dict[str, Any]) -> dict[str, Any]:
         m = self.state.registry.get(_str_arg(msg, "model"))

@@ -34,6 +34,7 @@ from edged.config.file import Config
 from edged.errors import InvalidArgument, Unavailable
 from edged.model.model import Model
 from edged.model.pipeline.pipeline import Pipeline
+from edged.protocols.native.control import energy_args
 from edged.server.overload import TICK_S, Overload
 from edged.server.state import ServerState
 from edged.server.variant_pins import VariantPins
@@ -77,7 +78,8 @@ class Governing:
             from edged.governor.sensors.sampler import Sensors
 
             self.sensors = Sensors(cfg.governor.sysfs_root, nvml=cfg.governor.nvml)
-            self.governor = Governor(cfg.governor, trip_points=self.sensors.trip_points())
+            self.governor = Governor(cfg.governor, trip_points=self.sensors.trip_points(),
+                                     energy_from=getattr(old, "energy", None))
             if self._metrics is None:
                 self._metrics = GovernorMetrics(self.state.metrics.registry)
             if pinned:
@@ -137,12 +139,12 @@ class Governing:
                     self._settle(m, f"overload: {why}")
 
     def _report_load(self, gov: Any) -> None:
-        """Which variant each model runs and how busy it was: what the governor's
-        predicted-temperature choice learns each variant's power from."""
+        """Which variant each model runs, how busy it was and its rows: what the governor
+        learns each variant's power (predicted choice) and energy per row (budget) from."""
         for m in self.state.registry:
             if m.ready and m.active_index is not None:
                 gov.observe_load(m.name, m.active_index, m.usage.take_duty(),
-                                 ladder_len=len(m.variant_names))
+                                 ladder_len=len(m.variant_names), rows=m.usage.take_rows())
 
     # -- deciding what each model runs -----------------------------------------------------
     @property
@@ -274,6 +276,16 @@ class Governing:
         log.info("governor pinned level=%s by operator", level)
         self._wake.set()  # act now, not at the next monitor tick
         return dict(self.governor.snapshot())
+
+    def set_energy(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """``edged ctl energy``: a budget and/or mission from now, or ``off``."""
+        if self.governor is None:
+            raise Unavailable("the governor is disabled ([governor] enabled = false)")
+        if (args := energy_args(msg)) is not None:  # None: it only asks what is in force
+            self.governor.set_energy(*args)  # InvalidArgument when nothing would be in force
+            log.info("energy budget by operator: budget_wh, mission_s, off = %s", args)
+            self._wake.set()  # plan with it now, not at the next tick
+        return {"energy": self.governor.snapshot()["energy"]}
 
     def summary(self) -> dict[str, Any] | None:
         if self.governor is None:

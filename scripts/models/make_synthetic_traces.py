@@ -10,7 +10,7 @@ presented as recordings. The plant is a sum of two first-order responses — a f
 overshoot at a load step; readings are quantised like the real sensors (1 °C on a Pi,
 tegrastats' 0.5 °C-ish on a Jetson) with seeded noise.
 
-    python scripts/models/make_synthetic_traces.py            # rewrites examples/traces/synthetic-*
+    python scripts/models/make_synthetic_traces.py  # rewrites examples/traces/{,power/}synthetic-*
 """
 
 from __future__ import annotations
@@ -81,11 +81,55 @@ def orin_tegrastats(rng: random.Random) -> str:
     return "\n".join(lines) + "\n"
 
 
+def power_csv(name: str, what: str, demand: list[float], dt: float, idle_w: float,
+              busy_w: float, noise_w: float, rng: random.Random) -> str:
+    """A power trace (``t_s,total_w``): the board's input power for a demand (0..1)."""
+    rows = [f"# SYNTHETIC trace (not a recording): scripts/models/make_synthetic_traces.py {name}",
+            f"# {what}", "t_s,total_w"]
+    for i, d in enumerate(demand):
+        w = idle_w + busy_w * d + rng.gauss(0, noise_w)
+        rows.append(f"{i * dt:g},{max(w, 0.0):.2f}")
+    return "\n".join(rows) + "\n"
+
+
+def drone_survey(rng: random.Random) -> str:
+    """A drone's companion computer over a 20 min survey flight, 1 s samples: transit out
+    (light detection), four survey legs (every frame) with turns between, transit back."""
+    demand: list[float] = [0.3] * 120
+    for leg in range(4):
+        demand += [min(1.0, max(0.0, rng.gauss(0.9, 0.08))) for _ in range(200)]
+        if leg < 3:
+            demand += [0.4] * 50
+    demand += [0.2] * (1200 - len(demand))
+    return power_csv("drone_survey", "a drone's companion computer: 3 W idle, +7 W at full "
+                     "detection load; 20 min survey flight", demand, 1.0, 3.0, 7.0, 0.15, rng)
+
+
+def solar_camera(rng: random.Random) -> str:
+    """A solar-powered camera over 2 h, 5 s samples: motion-gated detection (5 % of
+    frames) with events (about one per 4 min, 30-180 s) when every frame is detected."""
+    n, dt = 1440, 5.0
+    demand = [0.05] * n
+    t = rng.expovariate(1 / 240)
+    while t < n * dt:
+        length = rng.uniform(30, 180)
+        for i in range(int(t // dt), min(n, int((t + length) // dt) + 1)):
+            demand[i] = 1.0
+        t += length + rng.expovariate(1 / 240)
+    return power_csv("solar_camera", "a solar-powered camera: 2 W idle, +4 W detecting every "
+                     "frame; 2 h of motion events", demand, dt, 2.0, 4.0, 0.05, rng)
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "synthetic-pi4-heatup.csv").write_text(pi4_heatup(random.Random(4)))
     (OUT / "synthetic-orin-nano-tegrastats.log").write_text(orin_tegrastats(random.Random(8)))
-    print(f"wrote {OUT}/synthetic-pi4-heatup.csv, synthetic-orin-nano-tegrastats.log")
+    power = OUT / "power"  # power only: for the energy budget mode, not the thermal levels
+    power.mkdir(exist_ok=True)
+    (power / "synthetic-drone-survey.csv").write_text(drone_survey(random.Random(20)))
+    (power / "synthetic-solar-camera.csv").write_text(solar_camera(random.Random(2)))
+    print(f"wrote {OUT}/synthetic-pi4-heatup.csv, synthetic-orin-nano-tegrastats.log, "
+          "power/synthetic-drone-survey.csv, power/synthetic-solar-camera.csv")
 
 
 if __name__ == "__main__":

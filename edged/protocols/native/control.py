@@ -37,6 +37,8 @@ CONTROL_OPS: dict[str, ControlOp] = {op.name: op for op in (
               "(gated; pulled first when it is not stored)"),
     ControlOp("rollback", ("model",), "serve a delivered model's previous version again; the "
               "current one is never taken again from its source"),
+    ControlOp("energy", (), "the governor's energy budget: 'budget_wh' and/or 'mission_s' "
+              "counted from now, or 'off'; no field: what is in force"),
 )}
 
 
@@ -58,3 +60,23 @@ def control_message(op: str, request_id: str | int | None = None,
     if request_id is not None:
         msg["id"] = request_id
     return msg
+
+
+def energy_args(msg: dict[str, Any]) -> tuple[float | None, float | None, bool] | None:
+    """The ``energy`` op's (budget_wh, mission_s, off); None when it only asks.
+
+    Numbers > 0 (watt-hours, seconds); ``off`` is true or false and comes alone."""
+    budget, mission, off = msg.get("budget_wh"), msg.get("mission_s"), msg.get("off", False)
+    for key, v in (("budget_wh", budget), ("mission_s", mission)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not 0 < v < float("inf")):
+            raise InvalidArgument(f"{key!r} must be a number > 0; got {v!r}")
+    if not isinstance(off, bool):
+        raise InvalidArgument(f"'off' must be true or false; got {off!r}")
+    if off and (budget is not None or mission is not None):
+        raise InvalidArgument("'off' ends the energy budget: give it without budget_wh or "
+                              "mission_s")
+    if not off and budget is None and mission is None:
+        return None
+    return (None if budget is None else float(budget),
+            None if mission is None else float(mission), off)
