@@ -22,7 +22,8 @@ from edged.errors import InvalidArgument
 from edged.governor.energy_oracle import Rung, solve, tick_demand, upper_bound
 from edged.governor.energy_sim import judge
 from edged.governor.policy import Governor
-from edged.governor.sensors import THERMAL, Readings, Sensors
+from edged.governor.sensors import THERMAL, Readings
+from edged.governor.sensors.sampler import Sensors
 from edged.governor.trace import load_trace
 
 TRACES = ROOT / "examples" / "traces"
