@@ -13,7 +13,8 @@ Rules (docs/governor.md explains them for operators); each part is its own objec
 * the power budget (``power_budget.py``): a stepping controller whose level is a floor;
 * the operator's pin (``pins.py``) overrides everything until released;
 * the ladder step moves only when the swap budget allows; with ``predict`` the step per
-  model is the heavier of the level's and the predicted choice (``prediction.py``).
+  model is the heavier of the level's and the predicted choice (``prediction.py``); with
+  ``policy = "mpc"`` it is the planner's (``mpc.py``) once it has identified the board.
 
 ``step`` is pure policy (no I/O: the sampler in ``sensors/`` reads, the daemon's
 governing module calls both) with time injected, so tests drive it with ramps.
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from edged.config.governor import GovernorConfig, LevelConfig
+from edged.config.governor import FALLBACK_TRIP_C, GovernorConfig, LevelConfig
 from edged.governor.decision import Decision
 from edged.governor.forecast import ForecastGate
 from edged.governor.levels import Hysteresis, Levels
@@ -64,7 +65,10 @@ class Governor:
         self._forecast_gate = ForecastGate(cfg.forecast_persist)
         self._budget = PowerBudget(cfg.power_budget_w, cfg.power_budget_exit_w,
                                    cfg.power_window_s, cfg.dwell_s)
-        self._predictor = Predictor(cfg.predict, cfg.swap_min_interval_s)
+        #: what ``mpc`` keeps the temperature below, and where a swap spends its budget early
+        self.limit_c = cfg.limit_c or self._levels.trip_c or FALLBACK_TRIP_C
+        self._predictor = Predictor("predicted" if cfg.predict else cfg.policy,
+                                    cfg.swap_min_interval_s, self.limit_c)
         self._last: Decision = self._decision(0, "starting", changed=False, inputs=Inputs())
         self._last_readings: Readings | None = None
         self._last_now: float | None = None
@@ -216,7 +220,7 @@ class Governor:
         want = lv.ladder_steps
         steps, hold, per_model, wanted = want, None, None, want
         if now is not None:  # the "starting" decision spends no swap budget
-            hard_c = self._levels.hard_c
+            hard_c = self.limit_c if self._predictor.planner else self._levels.hard_c
             force = (self._pin.index is not None or inputs.stale_hot is not None
                      or (hard_c is not None and inputs.temp is not None
                          and inputs.temp >= hard_c))

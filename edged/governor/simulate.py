@@ -53,9 +53,24 @@ class Plant:
     tau_s: float
     idle_w: float
     trip_c: float  # the device throttles itself at or above this
+    drift_c: float = 0.0  # the ambient rises this much, linearly, over the run
 
-    def equilibrium(self, power_w: float) -> float:
-        return self.ambient_c + self.rise_per_w * power_w
+    def ambient_at(self, t: float, duration: float) -> float:
+        return self.ambient_c + (self.drift_c * t / duration if duration > 0 else 0.0)
+
+    def equilibrium(self, power_w: float, ambient_c: float | None = None) -> float:
+        return (self.ambient_c if ambient_c is None else ambient_c) + self.rise_per_w * power_w
+
+
+@dataclass(frozen=True)
+class Sensor:
+    """What the policy reads of the plant: uniform noise of ±``noise_c`` (seeded), then
+    quantised to ``quant_c`` (a Pi reads whole degrees), ``lag_s`` late."""
+
+    noise_c: float = 0.0
+    quant_c: float = 1.0
+    lag_s: float = 0.0
+    seed: int = 0
 
 
 #: (power fraction of the heaviest, value): e.g. fp32 → INT8 → lower input resolution.
@@ -98,6 +113,7 @@ class SimResult:
     throttled_s: float
     swaps: int
     series: list[tuple[float, float, int]]  # (t, temperature, rung)
+    min_swap_gap_s: float | None = None  # the shortest time between two swaps
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,7 +123,31 @@ class SimResult:
             "work": round(self.work, 2),
             "throttled_s": round(self.throttled_s, 1),
             "swaps": self.swaps,
+            "min_swap_gap_s": self.min_swap_gap_s,
         }
+
+
+#: ``simulate``'s policy names: the governor's configured ``policy`` each one runs
+POLICIES = {"plain": "levels", "predicted": "predicted", "mpc": "mpc"}
+
+
+class _Readings:
+    """The sensor between the plant and the policy: noise, quantisation, lag."""
+
+    def __init__(self, sensor: Sensor) -> None:
+        self.sensor = sensor
+        self._rng = np.random.default_rng(sensor.seed)
+        self._past: list[tuple[float, float]] = []
+
+    def read(self, t: float, temp: float) -> float:
+        s = self.sensor
+        self._past.append((t, temp))
+        while len(self._past) > 1 and self._past[1][0] <= t - s.lag_s:
+            self._past.pop(0)
+        seen = self._past[0][1] if s.lag_s > 0 else temp
+        if s.noise_c > 0:
+            seen += float(self._rng.uniform(-s.noise_c, s.noise_c))
+        return float(round(seen / s.quant_c) * s.quant_c) if s.quant_c > 0 else seen
 
 
 def simulate(
@@ -116,61 +156,91 @@ def simulate(
     ladder: Sequence[Rung],
     demand: Sequence[tuple[float, float]],
     policy: str,
+    sensor: Sensor = Sensor(),
+    schedule: Sequence[int] | None = None,
 ) -> SimResult:
-    """Run one policy: ``plain`` (levels), ``predicted`` (levels + predicted choice),
-    or ``fixed:N`` (always rung N)."""
+    """Run one policy: a name of :data:`POLICIES`, ``fixed:N`` (always rung N), or
+    ``schedule`` (the rung of each interval, e.g. the oracle's)."""
     fixed = int(policy.split(":", 1)[1]) if policy.startswith("fixed:") else None
-    gcfg = replace(cfg, predict=policy == "predicted")
+    gcfg = replace(cfg, policy=POLICIES.get(policy, "levels"), predict=False,
+                   limit_c=cfg.limit_c if cfg.limit_c is not None else plant.trip_c)
     clock = [0.0]
     gov = Governor(gcfg, clock=lambda: clock[0])
+    sensed = _Readings(sensor)
     temp = plant.equilibrium(plant.idle_w)
     rung = 0 if fixed is None else fixed
     seconds = dict.fromkeys((r.name for r in ladder), 0.0)
     work = throttled_s = peak = 0.0
-    swaps = 0
+    swap_times: list[float] = []
     series: list[tuple[float, float, int]] = []
-    prev_t = demand[0][0]
-    for t, duty in demand:
+    t0, duration = demand[0][0], demand[-1][0] - demand[0][0]
+    prev_t = t0
+    for k, (t, duty) in enumerate(demand):
         dt = t - prev_t
         prev_t = t
+        if schedule is not None:
+            rung = schedule[k] if k else rung
         throttling = temp >= plant.trip_c
         scale = THROTTLE_FACTOR if throttling else 1.0
         power = plant.idle_w + duty * ladder[rung].power_w * scale
         if dt > 0:
-            eq = plant.equilibrium(power)
+            eq = plant.equilibrium(power, plant.ambient_at(t - t0, duration))
             temp = eq + (temp - eq) * math.exp(-dt / plant.tau_s)
             seconds[ladder[rung].name] += dt
             work += dt * duty * ladder[rung].value * scale
             throttled_s += dt if throttling else 0.0
         peak = max(peak, temp)
         series.append((t, temp, rung))
+        if schedule is not None:
+            if k and rung != series[-2][2]:
+                swap_times.append(t - dt)
+            continue
         clock[0] = t
         gov.observe_load(MODEL, rung, duty, t, ladder_len=len(ladder))
         reading = Readings(
-            timestamp=t, wall_time=t, temperatures={ZONE: float(round(temp))},
+            timestamp=t, wall_time=t, temperatures={ZONE: sensed.read(t, temp)},
             power={"VDD_IN": power}, total_power_w=power, kinds={ZONE: THERMAL, "VDD_IN": RAIL},
         )
         d = gov.step(reading, now=t)
         if fixed is None:
-            want = (d.variant_steps or {}).get(MODEL, d.ladder_steps)
-            want = min(want, len(ladder) - 1)
+            want = min((d.variant_steps or {}).get(MODEL, d.ladder_steps), len(ladder) - 1)
             if want != rung:
-                rung, swaps = want, swaps + 1
-    return SimResult(policy, peak, seconds, work, throttled_s, swaps, series)
+                rung = want
+                swap_times.append(t)
+    gaps = np.diff(swap_times)
+    return SimResult(policy, peak, seconds, work, throttled_s, len(swap_times), series,
+                     round(float(gaps.min()), 1) if len(gaps) else None)
+
+
+def run_all(
+    cfg: GovernorConfig, plant: Plant, ladder: Sequence[Rung],
+    demand: Sequence[tuple[float, float]], sensor: Sensor = Sensor(),
+) -> dict[str, SimResult]:
+    """Every policy of :data:`POLICIES`, always-heaviest, always-lightest and the oracle
+    (``oracle.py``: the most work with 0 s above the limit under the same swap budget)."""
+    from edged.governor.oracle import Oracle
+
+    runs = {name: simulate(cfg, plant, ladder, demand, name, sensor) for name in POLICIES}
+    runs["heaviest"] = simulate(cfg, plant, ladder, demand, "fixed:0", sensor)
+    runs["lightest"] = simulate(cfg, plant, ladder, demand, f"fixed:{len(ladder) - 1}", sensor)
+    best = Oracle(plant, ladder, demand, cfg.swap_min_interval_s)
+    runs["oracle"] = simulate(cfg, plant, ladder, demand, "oracle", sensor,
+                              schedule=best.schedule())
+    return runs
+
+
+def share(work: float, oracle: float) -> float | None:
+    """``work`` as a share of the oracle's (None when the oracle can do no work)."""
+    return None if oracle <= 0 else round(work / oracle, 4)
 
 
 def compare(
     cfg: GovernorConfig, plant: Plant, ladder: Sequence[Rung],
     demand: Sequence[tuple[float, float]],
 ) -> dict[str, Any]:
-    """Plain vs predicted vs always-heaviest vs always-lightest, plus work lost."""
-    runs = {
-        "plain": simulate(cfg, plant, ladder, demand, "plain"),
-        "predicted": simulate(cfg, plant, ladder, demand, "predicted"),
-        "heaviest": simulate(cfg, plant, ladder, demand, "fixed:0"),
-        "lightest": simulate(cfg, plant, ladder, demand, f"fixed:{len(ladder) - 1}"),
-    }
-    heavy, light = runs["heaviest"].work, runs["lightest"].work
+    """Every policy against the oracle, always-heaviest and always-lightest."""
+    runs = run_all(cfg, plant, ladder, demand)
+    heavy, light, best = runs["heaviest"].work, runs["lightest"].work, runs["oracle"].work
 
     def lost(w: float, ref: float) -> float | None:
         return None if ref <= 0 else round(100.0 * (ref - w) / ref, 1)
@@ -178,8 +248,11 @@ def compare(
     return {
         "plant": vars(plant),
         "ladder": [vars(r) for r in ladder],
+        "swap_min_interval_s": cfg.swap_min_interval_s,
         "runs": {
-            k: r.to_dict() | {"work_lost_vs_heaviest_pct": lost(r.work, heavy),
+            k: r.to_dict() | {"share_of_oracle": share(r.work, best),
+                              "seconds_above_limit": round(r.throttled_s, 1),
+                              "work_lost_vs_heaviest_pct": lost(r.work, heavy),
                               "work_lost_vs_lightest_pct": lost(r.work, light)}
             for k, r in runs.items()
         },
