@@ -10,8 +10,9 @@ allows, the way the oracle (``oracle.py``) does with perfect knowledge.
 
 Identification: recursive least squares with forgetting (:class:`Rls`) on the same
 first-order model as ``thermal_model.py`` (``τ·dT/dt = T_amb + R·P − T``, regressed as
-``ΔT/Δt`` over :data:`LAG_S` on ``[1, P, T]``), so the fit follows a board whose ambient
-or cooling changes. Each rung's power is what ``LoadBook`` learned while it ran; a rung
+``ΔT/Δt`` over :data:`LAG_STEPS` ticks, at most :data:`LAG_S`, on ``[1, P, T]``), so the
+fit follows a board whose ambient or cooling changes. Each rung's power is what
+``LoadBook`` learned while it ran; a rung
 never seen running is assumed to draw :data:`UNSEEN_POWER_RATIO` of the next heavier
 one's compute power, and rung ``i`` is worth ``RUNG_VALUE ** i`` of the heaviest's work
 (the governor does not know each variant's value; this prior ranks them).
@@ -26,8 +27,8 @@ end wins (the response is monotone within a segment, so the ends bound it). At m
 
 from __future__ import annotations
 
+import functools
 import itertools
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,11 +37,12 @@ import numpy as np
 
 from edged.governor.thermal_model import ThermalParams
 
-LAG_S = 20.0
+LAG_STEPS = 20  # ΔT over this many ticks (1 °C steps need a span to average out) ...
+LAG_S = 20.0  # ... but over no more than this long
 FORGET = 0.998  # per update: a memory of ~500 ticks
 P0 = 1e3
 P_TRACE_MAX = 1e4  # bounds the covariance while the input does not vary (windup)
-MIN_UPDATES = 30
+MIN_UPDATES = 10
 TAU_RANGE_S = (5.0, 7200.0)
 MARGIN_C = 1.5
 SEGMENTS = 3
@@ -67,9 +69,9 @@ class Rls:
             self._ref = temp
         w = self._window
         w.append((t, temp, power))
-        while len(w) > 2 and w[1][0] <= t - LAG_S:
+        while len(w) > 2 and (len(w) > LAG_STEPS + 1 or w[1][0] <= t - LAG_S):
             w.popleft()
-        if t - w[0][0] < LAG_S:
+        if len(w) <= LAG_STEPS and t - w[0][0] < LAG_S:
             return
         arr = np.asarray(w)
         y = (temp - arr[0, 1]) / (t - arr[0, 0])
@@ -125,36 +127,55 @@ def _moves(active: int, rungs: int) -> list[int]:
     return [j for j in range(rungs) if j >= active or j == active - 1]
 
 
+@functools.cache
+def sequences(rungs: int, active: int, free: bool) -> np.ndarray:
+    """Every (first choice, hold, hold, hold) the swap budget allows, one row each; the
+    first choice is a swap only when ``free``."""
+    firsts = _moves(active, rungs) if free else [active]
+    out = [seq for first in firsts
+           for seq in itertools.product([first], *[range(rungs)] * SEGMENTS)
+           if all(b in _moves(a, rungs) for a, b in itertools.pairwise((active, *seq)))]
+    return np.array(out, dtype=np.intp)
+
+
 def plan(params: ThermalParams, temp: float, powers: Sequence[float], active: int,
          hold_left_s: float, step_s: float, hold_s: float, limit_c: float) -> Plan:
     """The rung to serve now (see the module docstring)."""
-    n = len(powers)
-    eqs = [params.equilibrium(p) for p in powers]
+    eqs = np.array([params.equilibrium(p) for p in powers])
     hold_s = max(hold_s, step_s)
-    first_s = max(hold_left_s, step_s)
-    firsts = [(active, first_s)]
-    if hold_left_s <= 0:
-        firsts += [(j, hold_s) for j in _moves(active, n) if j != active]
-    horizon = first_s + SEGMENTS * hold_s
-    best: tuple[float, Plan] | None = None
+    seqs = sequences(len(powers), active, hold_left_s <= 0)
+    # The first segment: one tick (then free) when staying, a whole hold after a swap.
+    first = np.where(seqs[:, 0] == active, max(hold_left_s, step_s), hold_s)
+    durs = np.column_stack([first] + [np.full(len(seqs), hold_s)] * SEGMENTS)
+    durs[:, -1] += first.min() - first  # every plan covers the same horizon
+    t = np.full(len(seqs), float(temp))
+    peak = np.full(len(seqs), -np.inf)  # the start is not ours to change
+    work = np.zeros(len(seqs))
+    for i in range(SEGMENTS + 1):
+        eq = eqs[seqs[:, i]]
+        t = eq + (t - eq) * np.exp(-durs[:, i] / params.tau_s)
+        peak = np.maximum(peak, t)
+        work += durs[:, i] * RUNG_VALUE ** seqs[:, i]
     safe_c = limit_c - MARGIN_C
-    for first, dur in firsts:
-        for rest in itertools.product(range(n), repeat=SEGMENTS):
-            seq = (first, *rest)
-            if any(b not in _moves(a, n) for a, b in itertools.pairwise(seq)):
-                continue
-            durs = [dur, *([hold_s] * SEGMENTS)]
-            durs[-1] += horizon - sum(durs)
-            t, work, peak = temp, 0.0, -math.inf  # the start is not ours to change
-            for r, d in zip(seq, durs, strict=True):
-                t = eqs[r] + (t - eqs[r]) * math.exp(-d / params.tau_s)
-                peak = max(peak, t)
-                work += d * RUNG_VALUE ** r
-            p = Plan(first, seq, peak, peak < safe_c)
-            key = work if p.safe else -peak
-            if best is None or (p.safe, key) > (best[1].safe, best[0]):
-                best = (key, p)
-    assert best is not None
-    if not best[1].safe:  # nothing stays under the limit: the coolest way down
-        return Plan(n - 1, (n - 1,), best[1].peak_c, False)
-    return best[1]
+    safe = peak < safe_c
+    if safe.any():
+        score = np.where(safe, work + headroom_value(list(eqs), params.tau_s, safe_c)
+                         * (safe_c - t), -np.inf)
+    else:  # nothing stays under the limit: the one that peaks lowest
+        score = -peak
+    k = int(np.argmax(score))  # the first best: staying is listed before swapping
+    return Plan(int(seqs[k, 0]), tuple(int(v) for v in seqs[k]), float(peak[k]), bool(safe[k]))
+
+
+def headroom_value(eqs: Sequence[float], tau_s: float, safe_c: float) -> float:
+    """Work a degree of headroom left at the horizon's end is worth (its terminal value).
+
+    Near the limit the sustainable schedule mixes the two rungs whose equilibria bracket
+    it; a degree of headroom lets the heavier of them run ``τ / (eq_a − eq_b)`` seconds
+    more instead of the lighter one. Without it, every plan would end the horizon as hot
+    as it may, and cool down on a rung lighter than needed to afford it.
+    """
+    for a in range(len(eqs) - 1):
+        if eqs[a] >= safe_c > eqs[a + 1]:
+            return tau_s * (RUNG_VALUE ** a - RUNG_VALUE ** (a + 1)) / (eqs[a] - eqs[a + 1])
+    return 0.0

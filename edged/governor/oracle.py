@@ -68,19 +68,20 @@ def _block_end(times: np.ndarray, hold_s: float) -> np.ndarray:
 
 def _blocks(s: _Steps, end: np.ndarray, limit: float) -> tuple[np.ndarray, ...]:
     """Per (k, rung): T_end = A·T_k + B over the held block, the start temperature below
-    which every step of it stays under ``limit``, and the block's work."""
+    which every step of it stays under ``limit``, and the block's work (all k at once,
+    one step further into every block per pass)."""
     n, r = s.work.shape
-    a_out, b_out = np.ones((n, r)), np.zeros((n, r))
+    a, b = np.ones((n, r)), np.zeros((n, r))
     thr, work = np.full((n, r), np.inf), np.zeros((n, r))
-    for k in range(n - 1):
-        a, b = np.ones(r), np.zeros(r)
-        for i in range(k + 1, int(end[k]) + 1):
-            a = a * s.decay[i]
-            b = b * s.decay[i] + s.forced[i]
-            thr[k] = np.minimum(thr[k], (limit - b) / a)
-            work[k] += s.work[i]
-        a_out[k], b_out[k] = a, b
-    return a_out, b_out, thr, work
+    ks = np.arange(n)
+    for m in range(1, int((end - ks).max(initial=0)) + 1):
+        k = ks[ks + m <= end]
+        i = k + m
+        a[k] *= s.decay[i, None]
+        b[k] = b[k] * s.decay[i, None] + s.forced[i]
+        thr[k] = np.minimum(thr[k], (limit - b[k]) / a[k])
+        work[k] += s.work[i]
+    return a, b, thr, work
 
 
 def _moves(active: int, rungs: int) -> list[int]:

@@ -10,11 +10,17 @@ identified the board; until then, the level's.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from edged.governor.mpc import Rls, plan, powers_with_prior
 from edged.governor.swap_budget import SwapBudget
 from edged.governor.thermal_model import LoadBook, ThermalModel, choose_rung
+
+
+#: how many of the last tick intervals the planner's "one tick" is the longest of: a tick
+#: may come late (a slow sensor read), and a plan that swaps "next tick" must still hold
+GAPS = 5
 
 
 class Predictor:
@@ -26,7 +32,8 @@ class Predictor:
         self.planner = Rls() if policy == "mpc" else None
         self.limit_c = limit_c
         self._last_now: float | None = None
-        self._step_s = 1.0
+        #: the last few tick intervals: the planner assumes the longest of them
+        self._gaps: deque[float] = deque(maxlen=GAPS)
         self.swaps = SwapBudget(swap_min_interval_s)
         self._thermal = ThermalModel()
         self._book = LoadBook()
@@ -74,7 +81,7 @@ class Predictor:
         """``mpc``: identify (``Rls``), then plan each reporting model's rung."""
         assert self.planner is not None
         if self._last_now is not None and now > self._last_now:
-            self._step_s = now - self._last_now
+            self._gaps.append(now - self._last_now)
         self._last_now = now
         self.planner.add(now, temp, power, units)
         params = self.planner.params()
@@ -88,7 +95,7 @@ class Predictor:
             powers = powers_with_prior([book.predicted_power(model, i, rails) for i in range(n)],
                                        idle)
             p = plan(params, temp, powers, active, self.swaps.hold_left(model, now),
-                     self._step_s, self.swaps.min_interval_s, self.limit_c)
+                     max(self._gaps, default=1.0), self.swaps.min_interval_s, self.limit_c)
             models[model] = {"active": active, "duty": round(duty, 3),
                              "plan": list(p.rungs), "plan_peak_c": round(p.peak_c, 1),
                              "safe": p.safe, "rung": p.rung}

@@ -142,9 +142,11 @@ class _Readings:
     def read(self, t: float, temp: float) -> float:
         s = self.sensor
         self._past.append((t, temp))
-        while len(self._past) > 1 and self._past[1][0] <= t - s.lag_s:
+        while len(self._past) > 2 and self._past[1][0] <= t - s.lag_s:
             self._past.pop(0)
-        seen = self._past[0][1] if s.lag_s > 0 else temp
+        seen = temp
+        if s.lag_s > 0:  # the plant between the samples around t - lag (linear)
+            seen = float(np.interp(t - s.lag_s, *zip(*self._past, strict=True)))
         if s.noise_c > 0:
             seen += float(self._rng.uniform(-s.noise_c, s.noise_c))
         return float(round(seen / s.quant_c) * s.quant_c) if s.quant_c > 0 else seen
