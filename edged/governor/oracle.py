@@ -1,7 +1,7 @@
 """The oracle: the most work any schedule of rungs could have done on a simulated run.
 
 Why: "0 s above the limit" says a policy is safe, not whether it is good; a policy that
-serves the lightest rung all day is safe too. Knowing the plant (``simulate.Plant``), the
+serves the lightest rung all day is safe too. Knowing the plant (``plant.Plant``), the
 load and the ladder in advance, dynamic programming finds the schedule with the most
 work that never reaches the firmware limit, paying the same swap budget the governor pays
 (``swap_budget.py``): after a change the rung holds for ``swap_min_interval_s``, and a
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edged.governor.simulate import Plant, Rung
+from edged.governor.plant import Plant, Rung
 
 RESOLUTION_C = 0.05
 INFEASIBLE = -1e12

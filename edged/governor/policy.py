@@ -220,7 +220,9 @@ class Governor:
         want = lv.ladder_steps
         steps, hold, per_model, wanted = want, None, None, want
         if now is not None:  # the "starting" decision spends no swap budget
-            hard_c = self.limit_c if self._predictor.planner else self._levels.hard_c
+            # While mpc plans, only the limit itself spends the swap budget early (the
+            # plan runs above the top level's enter value by design); until then, as levels.
+            hard_c = self.limit_c if self._predictor.planning else self._levels.hard_c
             force = (self._pin.index is not None or inputs.stale_hot is not None
                      or (hard_c is not None and inputs.temp is not None
                          and inputs.temp >= hard_c))

@@ -17,7 +17,6 @@ from edged.governor.mpc import Rls, plan, powers_with_prior
 from edged.governor.swap_budget import SwapBudget
 from edged.governor.thermal_model import LoadBook, ThermalModel, choose_rung
 
-
 #: how many of the last tick intervals the planner's "one tick" is the longest of: a tick
 #: may come late (a slow sensor read), and a plan that swaps "next tick" must still hold
 GAPS = 5
@@ -39,6 +38,11 @@ class Predictor:
         self._book = LoadBook()
         self._ladder_len: dict[str, int] = {}
         self._rungs: dict[str, int] = {}  # last predicted rung per model
+
+    @property
+    def planning(self) -> bool:
+        """True while ``mpc`` has identified the board (its plans choose the rungs)."""
+        return self.planner is not None and self.planner.params() is not None
 
     def observe(self, model: str, variant_index: int, duty: float,
                 ladder_len: int | None) -> None:

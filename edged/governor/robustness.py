@@ -16,10 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edged.config.governor import GovernorConfig, auto_levels
+from edged.governor.plant import Plant, Sensor
 from edged.governor.simulate import (
     POLICIES,
-    Plant,
-    Sensor,
     SimResult,
     default_ladder,
     default_plant,

@@ -10,9 +10,10 @@ the board halves its clocks (half the power, half the work), as firmware does.
 
 The load follows the trace: with power rails the demand (0..1) is the trace's power
 between its idle (10th percentile) and busy (95th percentile) levels; without rails it
-is idle for ``IDLE_LEAD_S`` and then busy to the end. Variant powers and values are a
-ladder of fractions of the heaviest (``DEFAULT_LADDER``). All of this is a model, and
-``docs/governor.md`` says so next to every figure it produces.
+is idle for ``IDLE_LEAD_S`` and then busy to the end. The governor decides every
+``TICK_S`` (its default ``interval_s``), also between the samples of a sparse trace.
+Variant powers and values are a ladder of fractions of the heaviest (``DEFAULT_LADDER``).
+All of this is a model, and ``docs/governor.md`` says so next to every figure it produces.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from edged.config.governor import GovernorConfig
+from edged.governor.oracle import Oracle
+from edged.governor.plant import Plant, Rung, Sensor
 from edged.governor.policy import Governor
 from edged.governor.sensors import RAIL, THERMAL, Readings
 from edged.governor.trace import Trace
@@ -37,40 +40,7 @@ IDLE_W = 1.0
 HEAVY_W = 5.0
 OVER_TRIP_C = 5.0
 THROTTLE_FACTOR = 0.5
-
-
-@dataclass(frozen=True)
-class Rung:
-    name: str
-    power_w: float  # above idle, at full duty
-    value: float  # work per second at full duty, relative to the heaviest (quality × rate)
-
-
-@dataclass(frozen=True)
-class Plant:
-    ambient_c: float
-    rise_per_w: float
-    tau_s: float
-    idle_w: float
-    trip_c: float  # the device throttles itself at or above this
-    drift_c: float = 0.0  # the ambient rises this much, linearly, over the run
-
-    def ambient_at(self, t: float, duration: float) -> float:
-        return self.ambient_c + (self.drift_c * t / duration if duration > 0 else 0.0)
-
-    def equilibrium(self, power_w: float, ambient_c: float | None = None) -> float:
-        return (self.ambient_c if ambient_c is None else ambient_c) + self.rise_per_w * power_w
-
-
-@dataclass(frozen=True)
-class Sensor:
-    """What the policy reads of the plant: uniform noise of ±``noise_c`` (seeded), then
-    quantised to ``quant_c`` (a Pi reads whole degrees), ``lag_s`` late."""
-
-    noise_c: float = 0.0
-    quant_c: float = 1.0
-    lag_s: float = 0.0
-    seed: int = 0
+TICK_S = 1.0  # the governor's default interval_s
 
 
 #: (power fraction of the heaviest, value): e.g. fp32 → INT8 → lower input resolution.
@@ -90,18 +60,29 @@ def default_plant(trace: Trace, trip_c: float) -> Plant:
     return Plant(ambient, max(rise, 0.1), TAU_S, IDLE_W, trip_c)
 
 
-def demand_profile(trace: Trace) -> list[tuple[float, float]]:
-    """(t, demand 0..1) per trace sample, times relative to the first sample."""
+def demand_profile(trace: Trace, tick_s: float = TICK_S) -> list[tuple[float, float]]:
+    """(t, demand 0..1) every ``tick_s`` or finer, times relative to the first sample.
+
+    Why ticks, not the trace's samples: the governor decides every ``interval_s`` (1 s by
+    default) whatever the recording's spacing (sbc-bench samples every 10–120 s); between
+    two samples the load is the later one's.
+    """
     t0 = trace.samples[0].timestamp
     times = [s.timestamp - t0 for s in trace.samples]
     power = [s.total_power_w for s in trace.samples]
+    duty: list[float] | None = None
     if all(p is not None for p in power):
         arr = np.asarray(power, dtype=float)
         lo, hi = np.percentile(arr, 10), np.percentile(arr, 95)
         if hi - lo > 0.1 * max(hi, 1e-9):
-            duty = np.clip((arr - lo) / (hi - lo), 0.0, 1.0)
-            return list(zip(times, (float(d) for d in duty), strict=True))
-    return [(t, 0.0 if t < IDLE_LEAD_S else 1.0) for t in times]
+            duty = [float(d) for d in np.clip((arr - lo) / (hi - lo), 0.0, 1.0)]
+    out = [(times[0], duty[0] if duty else 0.0)]
+    for k in range(1, len(times)):
+        n = max(math.ceil((times[k] - times[k - 1]) / tick_s - 1e-9), 1)
+        for j in range(1, n + 1):
+            t = times[k - 1] + (times[k] - times[k - 1]) * j / n
+            out.append((t, duty[k] if duty else 0.0 if t < IDLE_LEAD_S else 1.0))
+    return out
 
 
 @dataclass
@@ -126,6 +107,9 @@ class SimResult:
             "min_swap_gap_s": self.min_swap_gap_s,
         }
 
+
+#: the sensor of ``--simulate``: the plant's temperature in whole degrees, at once
+EXACT_1C = Sensor()
 
 #: ``simulate``'s policy names: the governor's configured ``policy`` each one runs
 POLICIES = {"plain": "levels", "predicted": "predicted", "mpc": "mpc"}
@@ -158,7 +142,7 @@ def simulate(
     ladder: Sequence[Rung],
     demand: Sequence[tuple[float, float]],
     policy: str,
-    sensor: Sensor = Sensor(),
+    sensor: Sensor = EXACT_1C,
     schedule: Sequence[int] | None = None,
 ) -> SimResult:
     """Run one policy: a name of :data:`POLICIES`, ``fixed:N`` (always rung N), or
@@ -216,12 +200,10 @@ def simulate(
 
 def run_all(
     cfg: GovernorConfig, plant: Plant, ladder: Sequence[Rung],
-    demand: Sequence[tuple[float, float]], sensor: Sensor = Sensor(),
+    demand: Sequence[tuple[float, float]], sensor: Sensor = EXACT_1C,
 ) -> dict[str, SimResult]:
     """Every policy of :data:`POLICIES`, always-heaviest, always-lightest and the oracle
     (``oracle.py``: the most work with 0 s above the limit under the same swap budget)."""
-    from edged.governor.oracle import Oracle
-
     runs = {name: simulate(cfg, plant, ladder, demand, name, sensor) for name in POLICIES}
     runs["heaviest"] = simulate(cfg, plant, ladder, demand, "fixed:0", sensor)
     runs["lightest"] = simulate(cfg, plant, ladder, demand, f"fixed:{len(ladder) - 1}", sensor)
