@@ -101,6 +101,8 @@ def main() -> int:
         print(f"\nmpc planner: {len(ms)} ticks, median {statistics.median(ms):.3f} ms, "
               f"p99 {ms[int(0.99 * (len(ms) - 1))]:.3f} ms, max {ms[-1]:.3f} ms")
     for policy in ("plain", "predicted", "mpc"):
+        gaps = [g for r in table_rows if (g := r.runs[policy].min_swap_gap_s) is not None]
+        print(f"{policy}: shortest time between two swaps {min(gaps, default=None)} s")
         missed = floors(table_rows, policy)
         print(f"{policy}: floors missed on {len(missed)} of {len(table_rows)} rows")
         for m in missed:
