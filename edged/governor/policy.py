@@ -66,7 +66,8 @@ class Governor:
         self._budget = PowerBudget(cfg.power_budget_w, cfg.power_budget_exit_w,
                                    cfg.power_window_s, cfg.dwell_s)
         #: what ``mpc`` keeps the temperature below, and where a swap spends its budget early
-        self.limit_c = cfg.limit_c or self._levels.trip_c or FALLBACK_TRIP_C
+        self.limit_c = (cfg.limit_c if cfg.limit_c is not None
+                        else self._levels.trip_c or FALLBACK_TRIP_C)
         self._predictor = Predictor("predicted" if cfg.predict else cfg.policy,
                                     cfg.swap_min_interval_s, self.limit_c)
         self._last: Decision = self._decision(0, "starting", changed=False, inputs=Inputs())

@@ -105,8 +105,6 @@ class Predictor:
                              "safe": p.safe, "rung": p.rung}
         return _board(params, power, self.limit_c, models)
 
-
-
     def ladder(
         self, want: int, now: float, force: bool, prediction: dict[str, Any] | None
     ) -> tuple[int, float | None, dict[str, int] | None, int]:

@@ -88,14 +88,18 @@ def main() -> int:
     table = markdown(table_rows)
     doc = DOC.read_text()
     new = replace_table(doc, table)
-    if args.check:
-        if new != doc:
-            print("docs/governor.md: the robustness table is not what the code gives; "
-                  "run scripts/docs/governor_robustness.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new)
-    print(table)
+    if not args.check:
+        DOC.write_text(new)
+        print(table)
+    summarize(table_rows, costs)
+    if args.check and new != doc:
+        print("docs/governor.md: the robustness table is not what the code gives; "
+              "run scripts/docs/governor_robustness.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+def summarize(table_rows: list[Row], costs: list[float]) -> None:
     if costs:
         ms = sorted(c * 1e3 for c in costs)
         print(f"\nmpc planner: {len(ms)} ticks, median {statistics.median(ms):.3f} ms, "
@@ -107,7 +111,6 @@ def main() -> int:
         print(f"{policy}: floors missed on {len(missed)} of {len(table_rows)} rows")
         for m in missed:
             print(f"  {m}")
-    return 0
 
 
 if __name__ == "__main__":
