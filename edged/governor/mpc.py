@@ -53,18 +53,20 @@ RUNG_VALUE = 0.85
 class Rls:
     """Recursive least squares of ``ΔT/Δt`` on ``[1, P, T − T_ref]`` with forgetting."""
 
-    def __init__(self) -> None:
+    def __init__(self, units: str = "W") -> None:
+        self._start(units)
+
+    def _start(self, units: str) -> None:
         self._window: deque[tuple[float, float, float]] = deque()
         self._theta = np.zeros(3)
         self._p = np.eye(3) * P0
         self._ref: float | None = None
         self.updates = 0
-        self.units = "W"
+        self.units = units
 
     def add(self, t: float, temp: float, power: float, units: str) -> None:
         if units != self.units:
-            self.__init__()  # type: ignore[misc]  # other units: start again
-            self.units = units
+            self._start(units)  # W and duty do not mix: start again
         if self._ref is None:
             self._ref = temp
         w = self._window
