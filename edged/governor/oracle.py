@@ -9,8 +9,8 @@ change back up the ladder moves one rung. (The governor may spend its budget ear
 hard threshold; the oracle never needs to, so it never does.) Every policy's work is then
 a share of the oracle's.
 
-Method: backward induction over the trace's own time steps (the ones the simulator
-steps) × the plant's temperature on a grid × the active rung. A swap is one transition
+Method: backward induction over the simulator's time steps (``demand_profile``'s
+ticks) × the plant's temperature on a grid × the active rung. A swap is one transition
 that jumps to the first step at least ``swap_min_interval_s`` later, holding the new rung
 (the plant is linear, so the block maps the start temperature affinely and its constraint
 is one threshold), so no "time since the last swap" state is needed. Between grid points
