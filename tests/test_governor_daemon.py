@@ -3,6 +3,7 @@ variant swaps under load, batch caps and shedding."""
 
 from __future__ import annotations
 
+import math
 import time
 import urllib.request
 from pathlib import Path
@@ -11,7 +12,13 @@ from typing import Any
 import pytest
 from support.configs import digits_config
 from support.governor import LEVELS, Streamers, X, active, level, status
-from support.sysfs import make_battery, make_thermal_zone, set_zone_temp
+from support.sysfs import (
+    make_battery,
+    make_ina3221_hwmon,
+    make_thermal_zone,
+    set_zone_temp,
+    write_value,
+)
 from support.waits import wait_governor_steps, wait_until
 
 
@@ -138,3 +145,63 @@ def test_battery_threshold_and_operator_pin(make_daemon: Any, tmp_path: Path,
     assert bad["status"] == "INVALID_ARGUMENT" and "warm" in bad["error"]
     assert d.ctl({"op": "level", "level": "auto"})["governor"]["pinned"] is None
     wait_until(lambda: active(d) == "cnn-fp32", what="auto again")
+
+
+#: each variant's board power in BoardPlant: they settle at 64, 54 and 49 °C
+VARIANT_W = {"cnn-fp32": 6.0, "cnn-int8": 3.5, "small-fp32": 2.25}
+
+
+class BoardPlant:
+    """The test is the board: a first-order plant (``τ·dT/dt = T_amb + R·P − T``) whose
+    power is the daemon's active variant's, written every tick as the kernel would show
+    it: ``thermal_zone0/temp`` (m°C) and an INA3221 ``VDD_IN`` rail (mV, mA)."""
+
+    AMBIENT_C, RISE, TAU_S = 40.0, 4.0, 5.0
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.temp, self.peak = root, 46.0, 46.0
+        self.rail = make_ina3221_hwmon(root, [("VDD_IN", 5000, 200)])
+        self.write(1.0)
+
+    def write(self, power_w: float) -> None:
+        set_zone_temp(self.root, 0, round(self.temp * 1000))
+        write_value(self.rail / "curr1_input", round(power_w / 5.0 * 1000))
+
+    def run(self, d: Any, seconds: float) -> list[tuple[float, str]]:
+        """Step the plant in real time for ``seconds``; (temperature, variant) per step."""
+        seen, last, end = [], time.monotonic(), time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.05)
+            variant = active(d)
+            now = time.monotonic()
+            power = VARIANT_W[variant]
+            eq = self.AMBIENT_C + self.RISE * power
+            self.temp = eq + (self.temp - eq) * math.exp(-(now - last) / self.TAU_S)
+            last, self.peak = now, max(self.peak, self.temp)
+            self.write(power)
+            seen.append((self.temp, variant))
+        return seen
+
+
+def test_mpc_closed_loop_steps_down_before_the_limit_and_comes_back(
+        make_daemon: Any, tmp_path: Path, sysroot: Path) -> None:
+    """policy = "mpc" in the real daemon on kernel-format files rewritten by a plant the
+    test runs: it identifies the board, steps down before the limit (60 °C, which the
+    heaviest variant's 64 °C would cross) and goes back up once there is headroom."""
+    plant = BoardPlant(sysroot)
+    d = make_daemon(governor_config(tmp_path, sysroot, extra="""policy = "mpc"
+limit_c = 60.0
+swap_min_interval_s = 1.0"""))
+    load = Streamers(d)
+    try:
+        seen = plant.run(d, 20.0)
+        prediction = status(d)["governor"]["prediction"]
+    finally:
+        replies = load.finish()
+    walk = [v for i, (_, v) in enumerate(seen) if i == 0 or seen[i - 1][1] != v]
+    assert walk[0] == "cnn-fp32" and len(walk) >= 3, walk
+    assert "cnn-fp32" in walk[2:], f"never back to the heaviest variant: {walk}"
+    assert plant.peak < 60.0, (plant.peak, walk)
+    assert prediction["limit_c"] == 60.0 and "plan" in prediction["models"]["digits"]
+    assert prediction["tau_s"] > 0 and prediction["rise_per_unit"] > 0
+    assert all(r[1] == "OK" for r in replies) and len(replies) > 100

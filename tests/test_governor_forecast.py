@@ -17,9 +17,10 @@ from edged.config.schema import Table, raise_if_problems
 from edged.errors import ConfigError
 from edged.governor.decision import Decision
 from edged.governor.forecast import fit_first_order
+from edged.governor.plant import Plant
 from edged.governor.policy import Governor
 from edged.governor.sensors import Readings
-from edged.governor.simulate import Plant, compare, default_ladder
+from edged.governor.simulate import compare, default_ladder
 from edged.governor.thermal_model import choose_rung
 
 ZONE = "cpu-thermal"

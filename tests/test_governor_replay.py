@@ -157,6 +157,13 @@ def test_cli_plot_and_simulate_write_a_png(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     runs = json.loads(r.stdout)["simulation"]["runs"]
-    assert set(runs) == {"plain", "predicted", "heaviest", "lightest"}
+    assert set(runs) == {"plain", "predicted", "mpc", "heaviest", "lightest", "oracle"}
     assert runs["heaviest"]["throttled_s"] > 0
     assert runs["lightest"]["work_lost_vs_lightest_pct"] == 0
+    # Every run as a share of the oracle's work (the oracle itself: 1, 0 s above the trip).
+    assert runs["oracle"]["share_of_oracle"] == 1.0
+    assert runs["oracle"]["seconds_above_limit"] == 0
+    assert runs["heaviest"]["seconds_above_limit"] > 0
+    for name, run in runs.items():
+        assert {"share_of_oracle", "seconds_above_limit", "swaps"} <= set(run), name
+        assert 0 < run["share_of_oracle"] <= 1.0, name

@@ -14,6 +14,10 @@ from edged.config.governor_energy import EnergyConfig
 from edged.config.schema import Table, non_negative, positive
 
 STALE_POLICIES = ("hot", "ignore", "hold")
+#: how the ladder step is chosen: the level's step, ``predicted`` (the level's or the
+#: heaviest rung whose equilibrium stays below the first threshold, whichever is lighter),
+#: ``mpc`` (a plan over the next minutes against ``limit_c``; docs/governor.md)
+POLICIES = ("levels", "predicted", "mpc")
 FORECAST_MODELS = ("linear", "first_order")
 #: first_order fits a curve, which needs a longer window than a slope does.
 FIRST_ORDER_WINDOW_S = 60.0
@@ -169,6 +173,10 @@ class GovernorConfig:
     forecast_settle_s: float = 10.0
     swap_min_interval_s: float = SWAP_INTERVAL_DWELLS * 5.0
     predict: bool = False
+    #: one of :data:`POLICIES`; ``predict = true`` is the older spelling of "predicted"
+    policy: str = "levels"
+    #: the temperature mpc keeps below: None = the passive trip (else the fallback, 85 °C)
+    limit_c: float | None = None
     power_budget_w: float | None = None
     power_budget_exit_w: float | None = None
     power_window_s: float = 10.0
@@ -207,6 +215,11 @@ class GovernorConfig:
         else:
             swap_min_interval_s = t.get("swap_min_interval_s", float, None, check=non_negative)
         predict = t.get("predict", bool, False)
+        policy = t.get("policy", str, "predicted" if predict else "levels", choices=POLICIES)
+        if predict and policy not in (None, "predicted"):
+            t.problem("policy", f"{policy!r} with predict = true (the older spelling of "
+                      'policy = "predicted"): give one')
+        limit_c = t.get("limit_c", float, None)
         budget = t.get("power_budget_w", float, None, check=positive)
         budget_exit = t.get("power_budget_exit_w", float, None, check=non_negative)
         power_window_s = t.get("power_window_s", float, 10.0, check=positive)
@@ -257,6 +270,8 @@ class GovernorConfig:
                 else SWAP_INTERVAL_DWELLS * (dwell_s if dwell_s is not None else 5.0)
             ),
             predict=bool(predict),
+            policy=policy or "levels",
+            limit_c=limit_c,
             power_budget_w=budget,
             power_budget_exit_w=budget_exit,
             power_window_s=power_window_s or 10.0,

@@ -13,7 +13,8 @@ Rules (docs/governor.md explains them for operators); each part is its own objec
 * the power budget (``power_budget.py``): a stepping controller whose level is a floor;
 * the operator's pin (``pins.py``) overrides everything until released;
 * the ladder step moves only when the swap budget allows; with ``predict`` the step per
-  model is the heavier of the level's and the predicted choice (``prediction.py``);
+  model is the heavier of the level's and the predicted choice (``prediction.py``); with
+  ``policy = "mpc"`` it is the planner's (``mpc.py``) once it has identified the board;
 * an energy budget over a mission (``energy.py``) asks for a ladder step of its own; the
   lighter of it and the level's applies.
 
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from edged.config.governor import GovernorConfig, LevelConfig
+from edged.config.governor import FALLBACK_TRIP_C, GovernorConfig, LevelConfig
 from edged.governor.decision import Decision
 from edged.governor.energy import EnergyPlan
 from edged.governor.forecast import ForecastGate
@@ -69,7 +70,11 @@ class Governor:
         self._forecast_gate = ForecastGate(cfg.forecast_persist)
         self._budget = PowerBudget(cfg.power_budget_w, cfg.power_budget_exit_w,
                                    cfg.power_window_s, cfg.dwell_s)
-        self._predictor = Predictor(cfg.predict, cfg.swap_min_interval_s)
+        #: what ``mpc`` keeps the temperature below, and where a swap spends its budget early
+        self.limit_c = (cfg.limit_c if cfg.limit_c is not None
+                        else self._levels.trip_c or FALLBACK_TRIP_C)
+        self._predictor = Predictor("predicted" if cfg.predict else cfg.policy,
+                                    cfg.swap_min_interval_s, self.limit_c)
         self.energy = EnergyPlan(cfg.energy, cfg.swap_min_interval_s)
         if energy_from is not None:  # a reload does not refill the energy budget
             self.energy.carry_over(energy_from)
@@ -249,7 +254,9 @@ class Governor:
             want, reason = energy.step, f"{reason}; {energy.why}"
         steps, hold, per_model, wanted = want, None, None, want
         if now is not None:  # the "starting" decision spends no swap budget
-            hard_c = self._levels.hard_c
+            # While mpc plans, only the limit itself spends the swap budget early (the
+            # plan runs above the top level's enter value by design); until then, as levels.
+            hard_c = self.limit_c if self._predictor.planning else self._levels.hard_c
             force = (self._pin.index is not None or inputs.stale_hot is not None
                      or (hard_c is not None and inputs.temp is not None
                          and inputs.temp >= hard_c)

@@ -3,27 +3,46 @@
 A level asks for a ladder step; with ``predict`` each model reporting its load
 (``observe``) is instead held at the heavier of the level's step and the rung whose
 predicted equilibrium stays below the first threshold (``thermal_model.py``). Either
-way the step moves only when the swap budget allows (``swap_budget.py``).
+way the step moves only when the swap budget allows (``swap_budget.py``). With
+``policy = "mpc"`` the model's step is the planner's (``mpc.py``) instead, once it has
+identified the board; until then, the level's.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
+from edged.governor.mpc import Rls, plan, powers_with_prior
 from edged.governor.swap_budget import SwapBudget
 from edged.governor.thermal_model import LoadBook, ThermalModel, choose_rung
+
+#: how many of the last tick intervals the planner's "one tick" is the longest of: a tick
+#: may come late (a slow sensor read), and a plan that swaps "next tick" must still hold
+GAPS = 5
 
 
 class Predictor:
     """Learns the board and each variant's power; turns a wanted step into steps to apply."""
 
-    def __init__(self, predict: bool, swap_min_interval_s: float) -> None:
-        self.enabled = predict
+    def __init__(self, policy: str, swap_min_interval_s: float, limit_c: float) -> None:
+        self.enabled = policy in ("predicted", "mpc")
+        #: the online identification ``mpc`` plans with (None: another policy)
+        self.planner = Rls() if policy == "mpc" else None
+        self.limit_c = limit_c
+        self._last_now: float | None = None
+        #: the last few tick intervals: the planner assumes the longest of them
+        self._gaps: deque[float] = deque(maxlen=GAPS)
         self.swaps = SwapBudget(swap_min_interval_s)
         self._thermal = ThermalModel()
         self._book = LoadBook()
         self._ladder_len: dict[str, int] = {}
         self._rungs: dict[str, int] = {}  # last predicted rung per model
+
+    @property
+    def planning(self) -> bool:
+        """True while ``mpc`` has identified the board (its plans choose the rungs)."""
+        return self.planner is not None and self.planner.params() is not None
 
     def observe(self, model: str, variant_index: int, duty: float,
                 ladder_len: int | None) -> None:
@@ -41,6 +60,8 @@ class Predictor:
         if temp is None or power is None:
             return None
         self._thermal.add(now, temp, power, "W" if rails else "duty")
+        if self.planner is not None:
+            return self._plan(temp, power, now, "W" if rails else "duty")
         params = self._thermal.params()
         if params is None:
             return None
@@ -58,16 +79,31 @@ class Predictor:
                 "equilibria_c": [None if e is None else round(e, 1) for e in eqs],
                 "rung": rung,
             }
-        return {
-            "units": params.units,
-            "ambient_c": round(params.ambient_c, 1),
-            "rise_per_unit": round(params.rise_per_unit, 3),
-            "tau_s": round(params.tau_s, 1),
-            "power": round(power, 3),
-            "equilibrium_c": round(params.equilibrium(power), 1),
-            "limit_c": limit,
-            "models": models,
-        }
+        return _board(params, power, limit, models)
+
+    def _plan(self, temp: float, power: float, now: float, units: str) -> dict[str, Any] | None:
+        """``mpc``: identify (``Rls``), then plan each reporting model's rung."""
+        assert self.planner is not None
+        if self._last_now is not None and now > self._last_now:
+            self._gaps.append(now - self._last_now)
+        self._last_now = now
+        self.planner.add(now, temp, power, units)
+        params = self.planner.params()
+        if params is None:
+            return None
+        book, rails = self._book, units == "W"
+        idle = (book.idle_power or 0.0) if rails else 0.0
+        models: dict[str, Any] = {}
+        for model, (active, duty) in sorted(book.active.items()):
+            n = max(self._ladder_len.get(model, active + 1), active + 1)
+            powers = powers_with_prior([book.predicted_power(model, i, rails) for i in range(n)],
+                                       idle)
+            p = plan(params, temp, powers, active, self.swaps.hold_left(model, now),
+                     max(self._gaps, default=1.0), self.swaps.min_interval_s, self.limit_c)
+            models[model] = {"active": active, "duty": round(duty, 3),
+                             "plan": list(p.rungs), "plan_peak_c": round(p.peak_c, 1),
+                             "safe": p.safe, "rung": p.rung}
+        return _board(params, power, self.limit_c, models)
 
     def ladder(
         self, want: int, now: float, force: bool, prediction: dict[str, Any] | None
@@ -88,9 +124,29 @@ class Predictor:
         for name in sorted(self._book.active):
             if name in predicted:
                 self._rungs[name] = predicted[name]["rung"]
-            wanted = max(want, self._rungs.get(name, 0))
+            if self.planner is not None:  # the plan, else the level's until identified
+                wanted = predicted[name]["rung"] if name in predicted else want
+            else:
+                wanted = max(want, self._rungs.get(name, 0))
             per_model[name], left = self.swaps.allow(name, wanted, now, force=force)
             lefts.append(left)
-        wanted = max(want, *self._rungs.values()) if self._rungs else want
+        if self.planner is not None:
+            wanted = max(predicted[m]["rung"] if m in predicted else want for m in per_model)
+        else:
+            wanted = max(want, *self._rungs.values()) if self._rungs else want
         hold = max(lefts) if lefts and max(lefts) > 0 else None
         return max(per_model.values()), hold, per_model, wanted
+
+
+def _board(params: Any, power: float, limit: float | None,
+           models: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "units": params.units,
+        "ambient_c": round(params.ambient_c, 1),
+        "rise_per_unit": round(params.rise_per_unit, 3),
+        "tau_s": round(params.tau_s, 1),
+        "power": round(power, 3),
+        "equilibrium_c": round(params.equilibrium(power), 1),
+        "limit_c": limit,
+        "models": models,
+    }

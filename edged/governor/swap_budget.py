@@ -45,6 +45,13 @@ class SwapBudget:
             return want, 0.0
         return e.step, left
 
+    def hold_left(self, key: str, now: float) -> float:
+        """Seconds until ``key`` may change again (0: it may now)."""
+        e = self._entries.get(key)
+        if e is None or e.since is None:
+            return 0.0
+        return max(self.min_interval_s - (now - e.since), 0.0)
+
     def step(self, key: str) -> int:
         e = self._entries.get(key)
         return e.step if e else 0

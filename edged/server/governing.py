@@ -45,6 +45,12 @@ log = logging.getLogger("edged.server")
 RETRY_FAILED_SWAP_S = 60.0
 
 
+def _sample_and_step(gov: Any, sensors: Any) -> tuple[Any, Any]:
+    """One tick's blocking part, on a worker thread: read the sensors, step the policy."""
+    readings = sensors.sample()
+    return readings, gov.step(readings)
+
+
 class Governing:
     def __init__(self, state: ServerState) -> None:
         self.state = state
@@ -104,10 +110,11 @@ class Governing:
             gov, sensors = self.governor, self.sensors
             if gov is not None:
                 try:
-                    readings = await asyncio.to_thread(sensors.sample)
+                    self._report_load(gov)
+                    # The policy steps on the sampling thread too: the mpc planner's work
+                    # stays off the event loop that serves requests.
+                    readings, decision = await asyncio.to_thread(_sample_and_step, gov, sensors)
                     if gov is self.governor:  # not replaced by a reload meanwhile
-                        self._report_load(gov)
-                        decision = gov.step(readings)
                         now = time.monotonic()
                         self._metrics.update(readings, decision, now - last)
                         last = now
