@@ -26,6 +26,10 @@ def describe_model(m: Model) -> dict[str, Any]:
         "outputs": [s.to_json() for s in m.outputs],
         "variants": m.variant_names,
         "active_variant": a.config.name if a else None,
+        # the active rung's member for batches of > 1 row (None: the variant computes all)
+        "batch_variant": a.batch.config.name if a and a.batch else None,
+        # each rung that is a pair: its variant -> its batch_variant, as configured
+        "pairs": {v.name: v.batch_variant.name for v in cfg.variants if v.batch_variant},
         "backend": a.config.backend if a else None,
         "path": str(a.config.path) if a else None,
         "digest": a.digest if a else None,  # sha256 of the live artifact's bytes
