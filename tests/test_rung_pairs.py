@@ -23,6 +23,8 @@ from support.slow_model import make_slow_model
 from support.sysfs import make_thermal_zone
 from support.waits import wait_until
 
+from edged.cli.requests import models_table
+from edged.cli.status_text import format_status
 from edged.testing.configs import keys, table
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
@@ -65,6 +67,9 @@ def test_a_lone_row_takes_the_b1_member_and_a_batch_the_batch_member(
     m = model_status(d)
     assert (m["active_variant"], m["batch_variant"]) == ("ort-fp32", "ov-fp32")
     assert m["pairs"] == {"ort-fp32": "ov-fp32"} and m["variants"] == ["ort-fp32", "ort-int8"]
+    assert "ladder: [ort-fp32+ov-fp32] > ort-int8" in format_status(d.ctl({"op": "status"}))
+    with d.client() as c:
+        assert "ort-fp32+ov-fp32 > ort-int8" in models_table(c.models().header["models"])
     assert served_by(d, 1) == "ort-fp32" and served_by(d, 4) == "ov-fp32"
     with d.client() as c:  # the batch member computes what the reference does
         ref = c.infer("digits", X[:1]).outputs["logits"]
@@ -97,3 +102,5 @@ def test_a_batch_member_that_cannot_serve_leaves_its_rung_serving_alone(
     assert m["pairs"] == {"ort-fp32": "ov-fp32"}
     assert served_by(d, 4) == "ort-fp32" and served_by(d, 1) == "ort-fp32"
     assert "its batch_variant ov-fp32 was not taken" in d.log()
+    assert "batch_variant ov-fp32 not taken: ort-fp32 computes every batch" in format_status(
+        d.ctl({"op": "status"}))
