@@ -226,3 +226,14 @@ def test_a_rung_pair_problems_name_the_key(tmp_path: Path) -> None:
     probs = _problems(f'[[models]]\nname = "m"\n{VARIANT}batch_variant = "ov"\n', tmp_path)
     assert len(probs) == 1 and "models[0].variants[0].batch_variant: expected a table" \
         in probs[0], probs
+
+
+def test_edged_check_loads_a_pairs_batch_variant_too(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"\x08\x07garbage" * 10)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[[models]]\nname = "m"\n{VARIANT}[models.variants.batch_variant]\n'
+                   f'name = "b"\nbackend = "onnxruntime"\npath = "{broken}"\n')
+    r = _cli("check", str(cfg))
+    assert r.returncode == 1 and "ok   m/v" in r.stdout, r.stdout + r.stderr
+    assert "FAIL m/b (onnxruntime" in r.stdout and str(broken) in r.stdout

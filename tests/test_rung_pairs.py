@@ -104,3 +104,17 @@ def test_a_batch_member_that_cannot_serve_leaves_its_rung_serving_alone(
     assert "its batch_variant ov-fp32 was not taken" in d.log()
     assert "batch_variant ov-fp32 not taken: ort-fp32 computes every batch" in format_status(
         d.ctl({"op": "status"}))
+
+
+def test_edged_check_verify_checks_a_pairs_batch_variant(tmp_path: Path) -> None:
+    """``edged check --verify``'s check, in process: the member measured against the
+    reference on its rung's inputs like any variant."""
+    from edged.config.file import load_config
+    from edged.device.go_live import verify_model
+
+    results = verify_model(load_config(ladder(tmp_path)).models[0])
+    got = {r.variant: (r.role, r.ok, r.error) for r in results}
+    assert got == {"ort-fp32": ("reference", True, None), "ov-fp32": ("checked", True, None),
+                   "ort-int8": ("checked", True, None)}, got
+    member = next(r for r in results if r.variant == "ov-fp32")
+    assert member.precision == "fp32" and member.measures
