@@ -118,3 +118,33 @@ def test_edged_check_verify_checks_a_pairs_batch_variant(tmp_path: Path) -> None
                    "ort-int8": ("checked", True, None)}, got
     member = next(r for r in results if r.variant == "ov-fp32")
     assert member.precision == "fp32" and member.measures
+
+
+def test_a_delivered_versions_ladder_keeps_its_pair(tmp_path: Path) -> None:
+    """A bundle's ``variants.toml`` with a pair (as ``edged compile`` writes it): both
+    members are the bundle's files, named for the version; a member missing from the
+    bundle refuses the ladder, naming its key."""
+    import shutil
+    from types import SimpleNamespace
+
+    from edged.config.file import load_config
+    from edged.delivery.download import Refused
+    from edged.delivery.gate import version_config
+
+    base = load_config(ladder(tmp_path)).models[0]
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    shutil.copy(MODELS / "cnn-fp32.onnx", bundle / "a.onnx")
+    shutil.copy(MODELS / "cnn-fp32.onnx", bundle / "b.onnx")
+    text = ('[[models.variants]]\nname = "a"\nbackend = "onnxruntime"\npath = "a.onnx"\n'
+            '[models.variants.batch_variant]\nname = "b"\nbackend = "openvino"\n'
+            'path = "sub/b.onnx"\n')
+    (bundle / "variants.toml").write_text(text)
+    version, manifest = SimpleNamespace(path=bundle), SimpleNamespace(ladder=None, version="v2")
+    (v,) = version_config(base, version, manifest).variants  # type: ignore[arg-type]
+    assert v.name == "a@v2" and v.batch_variant is not None
+    assert (v.batch_variant.name, v.batch_variant.path) == ("b@v2", bundle / "b.onnx")
+    (bundle / "variants.toml").write_text(text.replace("sub/b.onnx", "c.onnx"))
+    with pytest.raises(Refused, match=r"models.variants\[0\].batch_variant.path: c.onnx is "
+                                      "not a file of the bundle"):
+        version_config(base, version, manifest)  # type: ignore[arg-type]
