@@ -314,6 +314,25 @@ def test_equals_that_split_the_contest_are_kept_as_one_rung_of_two(tmp_path: Pat
     assert pair.batch_variant.path == tmp_path / "ov-int8.onnx"
 
 
+def test_a_pair_is_confirmed_interleaved_both_ways() -> None:
+    """Re-timed side by side, each member's advantage as its rival would least like it:
+    ``confirm`` gives the round least favourable to its second argument, so it is asked
+    in both orders (ORT's 1.60x at batch 1 from one, OpenVINO's 1.20x at 8 from the other)."""
+    figures = {("ort-int8", "ov-int8"): (0.6, 1.2), ("ov-int8", "ort-int8"): (1.6, 0.85)}
+    asked: list[tuple[str, str]] = []
+
+    def confirm(upper: dict[str, Any], lower: dict[str, Any]) -> tuple[float, float]:
+        asked.append((upper["name"], lower["name"]))
+        return figures.get((upper["name"], lower["name"]), (3.0, 3.0))
+
+    rungs, off = ladder.plan(_issue_int8s(4.3), confirm)
+    assert [r["name"] for r in rungs] == ["fp32", "ort-int8"] and set(off) == {"tiny"}
+    assert rungs[1]["_pair"]["name"] == "ov-int8"
+    assert ("ort-int8 computes lone rows (b=1 1.60x faster), ov-int8 batches of more (b=8 "
+            "1.20x faster) (timed interleaved both ways") in rungs[1]["_pair_why"]
+    assert {("ort-int8", "ov-int8"), ("ov-int8", "ort-int8")} <= set(asked)
+
+
 def test_equals_that_do_not_split_the_contest_keep_one() -> None:
     """OpenVINO 1.08x slower at batch 1 (under the margin) and 1.22x faster at 8: no pair;
     it keeps the rung alone (the preferred: a hair more accurate); and a pair the

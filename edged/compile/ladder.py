@@ -226,15 +226,27 @@ def _partner(winner: dict[str, Any], equals: list[dict[str, Any]],
         if not _splits(b1, big):
             continue
         how = "best round against best round"
-        if confirm is not None:
-            again = confirm(winner, e)
-            if again is not None:
-                b1, big = again
-                how = "timed interleaved, least favourable of 3 rounds"
+        again = _confirm_split(winner, e, b1, big, confirm)
+        if again is not None:
+            b1, big = again
+            how = "timed interleaved both ways, each side's least favourable of 3 rounds"
         if _splits(b1, big):
             e["_split"] = (b1, big, how)
             return e
     return None
+
+
+def _confirm_split(winner: dict[str, Any], e: dict[str, Any], b1: float, big: float | None,
+                   confirm: Confirm | None) -> tuple[float, float | None] | None:
+    """``e``'s speed-ups over ``winner`` re-timed interleaved, each advantage as the side
+    that has it would least like it: ``confirm`` gives the round least favourable to its
+    second argument, so it is asked both ways (None: it cannot run here)."""
+    if confirm is None or big is None:
+        return None
+    fwd, back = confirm(winner, e), confirm(e, winner)
+    if fwd is None or back is None or fwd[1] is None or back[1] is None:
+        return None
+    return (fwd[0] if b1 > 1.0 else 1.0 / back[0]), (fwd[1] if big > 1.0 else 1.0 / back[1])
 
 
 def _pair(winner: dict[str, Any], partner: dict[str, Any]) -> dict[str, Any]:

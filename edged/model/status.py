@@ -36,9 +36,10 @@ def describe_model(m: Model) -> dict[str, Any]:
         "device": a.backend.info.device if a else None,
         "runtime": a.backend.info.details if a else None,  # version, threads, ...
         "max_batch_size": cfg.max_batch_size,
-        "batch_cap": a.batch_cap if a else None,
+        # the batcher's: a pair's batch member's (it computes every batch of > 1 row)
+        "batch_cap": a.batches.batch_cap if a else None,
         # the parts the backend computes a batch in (OpenVINO's streams; 1: one part)
-        "batch_multiple": a.backend.batch_multiple if a else None,
+        "batch_multiple": a.batches.backend.batch_multiple if a else None,
         "max_queue": cfg.max_queue,
         "queue_depth": m.depth,
         "preprocess": bool(m.preprocessor),
