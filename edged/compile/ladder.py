@@ -168,9 +168,13 @@ def served(b1: float, big: float | None) -> float:
     return b1 if big is None else math.sqrt(b1 * big)
 
 
-def plan(timed: list[dict[str, Any]], confirm: Confirm | None = None,
+def plan(timed: list[dict[str, Any]], confirm: Confirm | None = None, pairs: bool = True,
          ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Pick the rungs (heaviest first) and give every other variant its reason.
+
+    ``pairs``: equals that split the contest make one rung of two (the rung's entry is the
+    batch-1-fast one, its ``_pair`` the other); False: the contest's winner alone, for a
+    ladder that cannot name a pair (rungs built on the device, ``edged.delivery.rungs``).
 
     With ``confirm``, a figure that would change the ladder (a variant that makes a
     rung, or one that takes a rung from the preferred of its equals) is re-timed
@@ -194,7 +198,7 @@ def plan(timed: list[dict[str, Any]], confirm: Confirm | None = None,
                 break
         equals = [e for e in step if _equal_quality(step[0], e)]
         winner = _contest(equals, confirm)
-        partner = _partner(winner, equals, confirm)
+        partner = _partner(winner, equals, confirm) if pairs else None
         for e in equals:
             lost = e.pop("_lost", None)
             if e is not winner and e is not partner:
