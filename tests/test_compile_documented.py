@@ -293,10 +293,13 @@ def test_equals_that_split_the_contest_are_kept_as_one_rung_of_two(tmp_path: Pat
     """ORT INT8 1.72x faster at batch 1, OpenVINO INT8 1.22x faster at batch 8: both stay,
     one rung, ORT's computing lone rows and OpenVINO's batches; the sidecars' ladder says
     why, the config reader takes it, and a rung below must beat the pair."""
-    from edged.config.file import parse_config
+    from types import SimpleNamespace
+
+    from edged.compile import served_config
+    from edged.config.file import load_config, parse_config
 
     _sidecars(tmp_path, *_issue_int8s(4.3))
-    path, _ = ladder.write_with_text(tmp_path, tmp_path)
+    path, in_dir = ladder.write_with_text(tmp_path, tmp_path)
     text = path.read_text()
     doc = tomllib.loads(text)["models"]["variants"]
     assert [v["name"] for v in doc] == ["fp32", "ort-int8"]
@@ -312,6 +315,13 @@ def test_equals_that_split_the_contest_are_kept_as_one_rung_of_two(tmp_path: Pat
     pair = cfg.models[0].variants[1]
     assert pair.batch_variant is not None and pair.batch_variant.name == "ov-int8"
     assert pair.batch_variant.path == tmp_path / "ov-int8.onnx"
+    # the served config (OUT/edged.toml) carries the pair as it is
+    ctx = SimpleNamespace(name="m", src=tmp_path / "m.onnx", out=tmp_path, preprocess_from=None,
+                          opts=SimpleNamespace(max_batch=8, postprocess=None),
+                          inputs=[{"name": "x", "shape": [-1, 10], "dtype": "float32"}])
+    served = load_config(served_config.write(ctx, in_dir, lambda _: None))  # type: ignore[arg-type]
+    member = served.models[0].variants[1].batch_variant
+    assert member is not None and member.path == tmp_path / "ov-int8.onnx"
 
 
 def test_a_pair_is_confirmed_interleaved_both_ways() -> None:
