@@ -263,3 +263,100 @@ def test_a_rung_must_survive_the_interleaved_re_timing() -> None:
     assert asked == [("fp32", "fp16"), ("fp32", "int8")]
     text = ladder.render([fp32, fp16, int8], Path("/x"), confirm)
     assert "# rung: cheaper than fp32 by b=1 2.50x, b=8 2.50x (best round" in text
+
+
+def _sidecars(out: Path, *entries: dict[str, Any]) -> None:
+    """``entries`` as the sidecars ``edged compile`` writes beside its artifacts."""
+    from edged.backends.support.sidecar import FORMAT
+
+    out.mkdir(parents=True, exist_ok=True)
+    for e in entries:
+        doc = {k: v for k, v in e.items() if not k.startswith("_")} | {"format": FORMAT}
+        (out / f"{e['name']}.onnx.json").write_text(json.dumps(doc))
+
+
+def _issue_int8s(ov_b1: float) -> list[dict[str, Any]]:
+    """MobileNetV2's fp32 and two INT8s of equal quality (compile's figures: ORT INT8 2.5 ms
+    at batch 1 and 508/s at 8, OpenVINO INT8 620/s at 8), and a less accurate INT8."""
+    return [
+        _entry("fp32", "fp32", [6.1, 6.1, 6.2], [197, 196, 195]) | {"backend": "onnxruntime"},
+        _entry("ort-int8", "int8", [2.5, 2.5, 2.6], [508, 505, 500], 98.0)
+        | {"backend": "onnxruntime"},
+        _entry("ov-int8", "int8", [ov_b1] * 3, [620, 610, 600], 98.1)
+        | {"backend": "openvino", "options": {"threads": 2}},
+        # cheaper than ORT's INT8 at the max batch (1.38x), not than the pair (1.13x)
+        _entry("tiny", "int8", [2.4, 2.4, 2.4], [700, 700, 700], 95.0)
+        | {"backend": "onnxruntime"}]
+
+
+def test_equals_that_split_the_contest_are_kept_as_one_rung_of_two(tmp_path: Path) -> None:
+    """ORT INT8 1.72x faster at batch 1, OpenVINO INT8 1.22x faster at batch 8: both stay,
+    one rung, ORT's computing lone rows and OpenVINO's batches; the sidecars' ladder says
+    why, the config reader takes it, and a rung below must beat the pair."""
+    from types import SimpleNamespace
+
+    from edged.compile import served_config
+    from edged.config.file import load_config, parse_config
+
+    _sidecars(tmp_path, *_issue_int8s(4.3))
+    path, in_dir = ladder.write_with_text(tmp_path, tmp_path)
+    text = path.read_text()
+    doc = tomllib.loads(text)["models"]["variants"]
+    assert [v["name"] for v in doc] == ["fp32", "ort-int8"]
+    assert doc[1]["batch_variant"] == {"name": "ov-int8", "backend": "openvino",
+                                       "path": "ov-int8.onnx", "options": {"threads": 2}}
+    assert ("# pair: ort-int8 and ov-int8 are as precise and as accurate, and neither is "
+            "faster at every batch size: ort-int8 computes lone rows (b=1 1.72x faster), "
+            "ov-int8 batches of more (b=8 1.22x faster) (best round against best round; "
+            "each >= 1.15x)") in text
+    assert "# not on the ladder: not measurably cheaper than ort-int8 (b=1 1.04x, b=8 1.13x" \
+        in text
+    cfg = parse_config({"models": [{"name": "m", "variants": doc}]}, tmp_path / "e.toml")
+    pair = cfg.models[0].variants[1]
+    assert pair.batch_variant is not None and pair.batch_variant.name == "ov-int8"
+    assert pair.batch_variant.path == tmp_path / "ov-int8.onnx"
+    # the served config (OUT/edged.toml) carries the pair as it is
+    ctx = SimpleNamespace(name="m", src=tmp_path / "m.onnx", out=tmp_path, preprocess_from=None,
+                          opts=SimpleNamespace(max_batch=8, postprocess=None),
+                          inputs=[{"name": "x", "shape": [-1, 10], "dtype": "float32"}])
+    served = load_config(served_config.write(ctx, in_dir, lambda _: None))  # type: ignore[arg-type]
+    member = served.models[0].variants[1].batch_variant
+    assert member is not None and member.path == tmp_path / "ov-int8.onnx"
+
+
+def test_a_pair_is_confirmed_interleaved_both_ways() -> None:
+    """Re-timed side by side, each member's advantage as its rival would least like it:
+    ``confirm`` gives the round least favourable to its second argument, so it is asked
+    in both orders (ORT's 1.60x at batch 1 from one, OpenVINO's 1.20x at 8 from the other)."""
+    figures = {("ort-int8", "ov-int8"): (0.6, 1.2), ("ov-int8", "ort-int8"): (1.6, 0.85)}
+    asked: list[tuple[str, str]] = []
+
+    def confirm(upper: dict[str, Any], lower: dict[str, Any]) -> tuple[float, float]:
+        asked.append((upper["name"], lower["name"]))
+        return figures.get((upper["name"], lower["name"]), (3.0, 3.0))
+
+    rungs, off = ladder.plan(_issue_int8s(4.3), confirm)
+    assert [r["name"] for r in rungs] == ["fp32", "ort-int8"] and set(off) == {"tiny"}
+    assert rungs[1]["_pair"]["name"] == "ov-int8"
+    assert ("ort-int8 computes lone rows (b=1 1.60x faster), ov-int8 batches of more (b=8 "
+            "1.20x faster) (timed interleaved both ways") in rungs[1]["_pair_why"]
+    assert {("ort-int8", "ov-int8"), ("ov-int8", "ort-int8")} <= set(asked)
+
+
+def test_equals_that_do_not_split_the_contest_keep_one() -> None:
+    """OpenVINO 1.08x slower at batch 1 (under the margin) and 1.22x faster at 8: no pair;
+    it keeps the rung alone (the preferred: a hair more accurate); and a pair the
+    interleaved re-timing does not confirm is no pair."""
+    rungs, off = ladder.plan(_issue_int8s(2.7))
+    assert [r["name"] for r in rungs] == ["fp32", "ov-int8"]  # tiny: not 1.15x cheaper
+    assert "_pair" not in rungs[1] and off["ort-int8"].startswith(
+        "as precise and as accurate as ov-int8, which serves as fast or faster")
+
+    def confirm(upper: dict[str, Any], lower: dict[str, Any]) -> tuple[float, float]:
+        int8s = {upper["name"], lower["name"]} == {"ort-int8", "ov-int8"}
+        return (1.0, 1.0) if int8s else (3.0, 3.0)  # side by side, the INT8s cost the same
+
+    rungs, off = ladder.plan(_issue_int8s(4.3), confirm)
+    # without ORT's INT8 beside it for lone rows, tiny is a rung below (1.79x at batch 1)
+    assert [r["name"] for r in rungs] == ["fp32", "ov-int8", "tiny"]
+    assert "_pair" not in rungs[1] and "ort-int8" in off

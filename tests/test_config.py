@@ -192,3 +192,48 @@ def test_serve_with_invalid_config_exits_2_with_the_problem(tmp_path: Path) -> N
     bad.write_text("[[models]]\nname = 1\n")
     r = _cli("serve", "--config", str(bad))
     assert r.returncode == 2 and "models[0].name" in r.stderr
+
+
+def test_a_rung_pair_reads_as_one_variant_with_its_batch_variant(tmp_path: Path) -> None:
+    p = tmp_path / "pair.toml"
+    p.write_text(f'[[models]]\nname = "m"\n{VARIANT}batch_variant = {{ name = "ov", '
+                 f'backend = "openvino", path = "{MODELS / "cnn-fp32.onnx"}", '
+                 'options = { threads = 1 } }\n'
+                 f'[[models.variants]]\nname = "w"\nbackend = "onnxruntime"\n'
+                 f'path = "{MODELS / "cnn-int8.onnx"}"\n')
+    v, w = load_config(p).models[0].variants
+    assert v.batch_variant is not None and w.batch_variant is None
+    b = v.batch_variant
+    assert (b.name, b.backend, b.path, b.batch_variant) == (
+        "ov", "openvino", MODELS / "cnn-fp32.onnx", None)
+    assert b.options.threads == 1  # type: ignore[union-attr]
+
+
+def test_a_rung_pair_problems_name_the_key(tmp_path: Path) -> None:
+    member = f'backend = "onnxruntime"\npath = "{MODELS / "cnn-int8.onnx"}"\n'
+    probs = _problems(
+        f'[[models]]\nname = "m"\n{VARIANT}[models.variants.batch_variant]\nname = "v"\n'
+        f'{member}reference = true\nthreds = 1\n'
+        f'[models.variants.batch_variant.batch_variant]\nname = "x"\n{member}', tmp_path)
+    text = "\n".join(probs)
+    assert "models[0].variants: variant name 'v' is used twice" in text, text
+    assert "models[0].variants[0].batch_variant.reference: a batch_variant cannot be " \
+           "the reference" in text, text
+    assert "models[0].variants[0].batch_variant.batch_variant: a batch_variant cannot " \
+           "have a batch_variant" in text, text
+    assert "models[0].variants[0].batch_variant.threds: unknown key" in text, text
+    assert len(probs) == 4, probs
+    probs = _problems(f'[[models]]\nname = "m"\n{VARIANT}batch_variant = "ov"\n', tmp_path)
+    assert len(probs) == 1 and "models[0].variants[0].batch_variant: expected a table" \
+        in probs[0], probs
+
+
+def test_edged_check_loads_a_pairs_batch_variant_too(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"\x08\x07garbage" * 10)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[[models]]\nname = "m"\n{VARIANT}[models.variants.batch_variant]\n'
+                   f'name = "b"\nbackend = "onnxruntime"\npath = "{broken}"\n')
+    r = _cli("check", str(cfg))
+    assert r.returncode == 1 and "ok   m/v" in r.stdout, r.stdout + r.stderr
+    assert "FAIL m/b (onnxruntime" in r.stdout and str(broken) in r.stdout

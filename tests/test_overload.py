@@ -215,6 +215,7 @@ def test_the_standby_is_held_only_where_memory_allows(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
     from types import SimpleNamespace
 
+    from edged.model.open import Loaded
     from edged.model.standby import Standby
 
     artifact = tmp_path / "light.onnx"
@@ -222,8 +223,8 @@ def test_the_standby_is_held_only_where_memory_allows(tmp_path: Path) -> None:
     closed: list[int] = []
 
     def loaded(index: int) -> Any:
-        return SimpleNamespace(index=index, config=SimpleNamespace(path=artifact),
-                               backend=SimpleNamespace(close=lambda: closed.append(index)))
+        return Loaded(index, SimpleNamespace(path=artifact),  # type: ignore[arg-type]
+                      SimpleNamespace(close=lambda: closed.append(index)), 0.0)  # type: ignore[arg-type]
 
     with ThreadPoolExecutor(1) as worker:
         roomy = Standby(worker, headroom_bytes=0)

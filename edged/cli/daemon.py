@@ -60,16 +60,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 1
 
 
+def _opens(m: Any, index: int, v: Any, head: Any) -> bool:
+    """``edged check``: variant ``v`` of rung ``index`` (the rung's own, or its
+    ``batch_variant``) opens and warms as the daemon would open it; said either way."""
+    from edged.model.open import open_batch_member, open_with_head
+
+    try:
+        opener = open_with_head if v is m.variants[index] else open_batch_member
+        loaded = opener(m, index, head)
+    except Exception as e:
+        print(f"FAIL {m.name}/{v.name} ({v.backend}, {v.path}): {e}")
+        return False
+    backend = loaded.backend
+    ins = ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in backend.inputs)
+    print(f"ok   {m.name}/{v.name} ({v.backend} on {backend.info.device}) "
+          f"loaded+warmed in {loaded.load_s * 1000:.0f} ms; inputs: {ins}")
+    backend.close()
+    return True
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     if args.verify:
         from edged.device.go_live import cmd_check_verify
 
         return cmd_check_verify(args)
     from edged.config.file import load_config
+    from edged.config.models import members
     from edged.errors import ConfigError
     from edged.metrics import Metrics
     from edged.model.heads import open_head
-    from edged.model.open import open_with_head
     from edged.preprocess.preprocessor import Preprocessor
 
     try:
@@ -88,18 +107,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     metrics = Metrics()  # the heads' series; nothing is exported
     for m in cfg.models:
         head = open_head(m, metrics, Preprocessor(m.preprocess) if m.preprocess else None)
-        for i, v in enumerate(m.variants):
-            try:
-                loaded = open_with_head(m, i, head)
-            except Exception as e:
-                problems += 1
-                print(f"FAIL {m.name}/{v.name} ({v.backend}, {v.path}): {e}")
-                continue
-            backend = loaded.backend
-            ins = ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in backend.inputs)
-            print(f"ok   {m.name}/{v.name} ({v.backend} on {backend.info.device}) "
-                  f"loaded+warmed in {loaded.load_s * 1000:.0f} ms; inputs: {ins}")
-            backend.close()
+        for i, rung in enumerate(m.variants):
+            problems += sum(not _opens(m, i, v, head) for v in members(rung))
     if problems:
         print(f"{problems} problem(s): an endpoint that cannot be bound or a model file that "
               "failed to load")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from edged.cli.common import add_client_args, endpoint_for
+from edged.cli.status_text import rung_label
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -145,6 +146,6 @@ def models_table(models: list[dict[str, Any]]) -> str:
     """One line per model: name, state, the variant serving, the ladder."""
     rows = [("MODEL", "STATE", "VARIANT", "LADDER (heaviest first)")]
     rows += [(m["name"], m.get("state") or "-", m.get("active_variant") or "-",
-              " > ".join(m.get("variants") or [])) for m in models]
+              " > ".join(rung_label(m, v) for v in m.get("variants") or [])) for m in models]
     w = [max(len(r[i]) for r in rows) + 2 for i in range(3)]
     return "\n".join(f"{r[0]:<{w[0]}}{r[1]:<{w[1]}}{r[2]:<{w[2]}}{r[3]}" for r in rows)

@@ -99,8 +99,11 @@ def _model_details(m: dict[str, Any], g: dict[str, Any] | None) -> list[str]:
         lines.append(f"  error: {m['error']}")
     if m.get("backend") == "openvino" and m.get("runtime"):
         lines.append(_openvino_line(m["runtime"]))
-    ladder = " > ".join(f"[{v}]" if v == m["active_variant"] else v for v in m["variants"])
-    lines.append(f"  ladder: {ladder}")
+    lines.append(f"  ladder: {_ladder(m)}")
+    member = (m.get("pairs") or {}).get(m.get("active_variant"))
+    if member and m.get("batch_variant") != member:
+        lines.append(f"  batch_variant {member} not taken: {m['active_variant']} computes "
+                     "every batch (the log says why)")
     if m.get("digest"):
         lines.append(f"  artifact: {m.get('path')} sha256 {m['digest'][:16]}")
     held = held_below_top(m, g)
@@ -163,8 +166,15 @@ def held_below_top(m: dict[str, Any], g: dict[str, Any] | None) -> str | None:
 
 
 def _ladder(m: dict[str, Any]) -> str:
-    return " > ".join(f"[{v}]" if v == m.get("active_variant") else v
-                      for v in m.get("variants") or []) or "-"
+    return " > ".join(f"[{rung_label(m, v)}]" if v == m.get("active_variant")
+                      else rung_label(m, v) for v in m.get("variants") or []) or "-"
+
+
+def rung_label(m: dict[str, Any], v: str) -> str:
+    """Rung ``v`` of model entry ``m`` as a person reads it: a pair is ``v+batch_variant``
+    (lone rows on ``v``, batches on the other)."""
+    member = (m.get("pairs") or {}).get(v)
+    return v if member is None else f"{v}+{member}"
 
 
 def _format_pipeline(p: dict[str, Any]) -> list[str]:

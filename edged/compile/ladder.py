@@ -22,6 +22,14 @@ rung unless another serves at least ``MIN_WIN`` times cheaper, timed interleaved
 it; so the same run on an idle machine gives the same ladder, and a variant slower than
 ONNX Runtime's fp32 is never the top rung. Everything else is written commented out,
 "not on the ladder", with the reason and the ratios.
+
+A contest can also be split: one equal ``MIN_SPEEDUP`` times faster at batch 1, another
+``MIN_SPEEDUP`` times faster at the max batch (ONNX Runtime's INT8 and OpenVINO's, say).
+Then neither serves a busy and a quiet model best, and both are kept as one rung, a
+*pair*: the batch-1-fast one is the rung's variant and the other its ``batch_variant``,
+which the daemon computes every batch of more than one row on (docs/compile.md, "Pairs").
+A pair is one rung to the governor; a rung below it must be cheaper than the pair serves
+(its variant at batch 1, its ``batch_variant`` at the max batch).
 """
 
 from __future__ import annotations
@@ -107,14 +115,20 @@ def speedup(upper: dict[str, Any], lower: dict[str, Any]) -> tuple[float, float 
     """How much cheaper ``lower`` is than ``upper``, best round against best round.
 
     Batch 1: the upper's fastest round's p50 over the lower's. Max batch: the
-    lower's best throughput over the upper's; None when they were measured at
-    different max batches.
+    lower's best throughput over the upper's (a pair's: its ``batch_variant``'s); None
+    when they were measured at different max batches.
     """
     b1 = _best_latency(upper) / _best_latency(lower)
+    upper, lower = _batches(upper), _batches(lower)
     su, sl = upper.get("speed") or {}, lower.get("speed") or {}
     if su.get("max_batch") != sl.get("max_batch"):
         return b1, None
     return b1, max(_rounds(lower, "throughput_per_s")) / max(_rounds(upper, "throughput_per_s"))
+
+
+def _batches(e: dict[str, Any]) -> dict[str, Any]:
+    """The member of ``e``'s rung that computes batches: its pair's, else itself."""
+    return e.get("_pair") or e
 
 
 def _best_latency(e: dict[str, Any]) -> float:
@@ -154,9 +168,13 @@ def served(b1: float, big: float | None) -> float:
     return b1 if big is None else math.sqrt(b1 * big)
 
 
-def plan(timed: list[dict[str, Any]], confirm: Confirm | None = None,
+def plan(timed: list[dict[str, Any]], confirm: Confirm | None = None, pairs: bool = True,
          ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Pick the rungs (heaviest first) and give every other variant its reason.
+
+    ``pairs``: equals that split the contest make one rung of two (the rung's entry is the
+    batch-1-fast one, its ``_pair`` the other); False: the contest's winner alone, for a
+    ladder that cannot name a pair (rungs built on the device, ``edged.delivery.rungs``).
 
     With ``confirm``, a figure that would change the ladder (a variant that makes a
     rung, or one that takes a rung from the preferred of its equals) is re-timed
@@ -180,12 +198,74 @@ def plan(timed: list[dict[str, Any]], confirm: Confirm | None = None,
                 break
         equals = [e for e in step if _equal_quality(step[0], e)]
         winner = _contest(equals, confirm)
+        partner = _partner(winner, equals, confirm) if pairs else None
         for e in equals:
-            if e is not winner:
-                off[_name(e)] = e.pop("_lost")
-        rungs.append(winner)
+            lost = e.pop("_lost", None)
+            if e is not winner and e is not partner:
+                off[_name(e)] = lost or ""
+        rungs.append(winner if partner is None else _pair(winner, partner))
         remaining = [e for e in step if e not in equals]
     return rungs, off
+
+
+#: a pair's members must each be this much faster than the other at their batch size
+PAIR_MARGIN = MIN_SPEEDUP
+
+
+def _splits(b1: float, big: float | None) -> bool:
+    """Speed-ups of one equal over another that split the contest: one is ``PAIR_MARGIN``
+    faster at batch 1, the other ``PAIR_MARGIN`` faster at the max batch."""
+    return big is not None and ((b1 >= PAIR_MARGIN and big * PAIR_MARGIN <= 1.0)
+                                or (b1 * PAIR_MARGIN <= 1.0 and big >= PAIR_MARGIN))
+
+
+def _partner(winner: dict[str, Any], equals: list[dict[str, Any]],
+             confirm: Confirm | None) -> dict[str, Any] | None:
+    """The first of ``equals`` (preferred first) that splits the contest with its
+    ``winner``, confirmed interleaved where both run here; None: the winner serves alone."""
+    for e in equals:
+        if e is winner:
+            continue
+        b1, big = speedup(winner, e)
+        if not _splits(b1, big):
+            continue
+        how = "best round against best round"
+        again = _confirm_split(winner, e, b1, big, confirm)
+        if again is not None:
+            b1, big = again
+            how = "timed interleaved both ways, each side's least favourable of 3 rounds"
+        if _splits(b1, big):
+            e["_split"] = (b1, big, how)
+            return e
+    return None
+
+
+def _confirm_split(winner: dict[str, Any], e: dict[str, Any], b1: float, big: float | None,
+                   confirm: Confirm | None) -> tuple[float, float | None] | None:
+    """``e``'s speed-ups over ``winner`` re-timed interleaved, each advantage as the side
+    that has it would least like it: ``confirm`` gives the round least favourable to its
+    second argument, so it is asked both ways (None: it cannot run here)."""
+    if confirm is None or big is None:
+        return None
+    fwd, back = confirm(winner, e), confirm(e, winner)
+    if fwd is None or back is None or fwd[1] is None or back[1] is None:
+        return None
+    return (fwd[0] if b1 > 1.0 else 1.0 / back[0]), (fwd[1] if big > 1.0 else 1.0 / back[1])
+
+
+def _pair(winner: dict[str, Any], partner: dict[str, Any]) -> dict[str, Any]:
+    """One rung of two: the batch-1-fast member, its ``_pair`` the batch-fast one."""
+    b1, big, how = partner.pop("_split")
+    main, batch = (partner, winner) if b1 > 1.0 else (winner, partner)
+    b1_x, big_x = max(b1, 1.0 / b1), max(big, 1.0 / big)
+    n = (main.get("speed") or {}).get("max_batch")
+    main["_pair"] = batch
+    main["_pair_why"] = (
+        f"{_name(main)} and {_name(batch)} are as precise and as accurate, and neither is "
+        f"faster at every batch size: {_name(main)} computes lone rows (b=1 {b1_x:.2f}x "
+        f"faster), {_name(batch)} batches of more (b={n} {big_x:.2f}x faster) ({how}; "
+        f"each >= {PAIR_MARGIN}x)")
+    return main
 
 
 def _contest(equals: list[dict[str, Any]], confirm: Confirm | None) -> dict[str, Any]:
@@ -238,7 +318,7 @@ def _why_not_below(last: dict[str, Any], e: dict[str, Any],
     b1, big = speedup(last, e)
     how = "best round against best round"
     if passes(b1, big) and confirm is not None:
-        again = confirm(last, e)
+        again = _confirmed(last, e, confirm)
         if again is not None:
             b1, big = again
             how = "timed interleaved with it, least favourable of 3 rounds"
@@ -249,12 +329,59 @@ def _why_not_below(last: dict[str, Any], e: dict[str, Any],
             f"rung must be >= {MIN_SPEEDUP}x faster at batch 1 or at the max batch)")
 
 
+def _confirmed(last: dict[str, Any], e: dict[str, Any], confirm: Confirm,
+               ) -> tuple[float, float | None] | None:
+    """``confirm(last, e)``; for a pair above, its max-batch figure against the pair's
+    ``batch_variant`` (the member that serves batches)."""
+    again = confirm(last, e)
+    if again is None or "_pair" not in last:
+        return again
+    big = confirm(last["_pair"], e)
+    return None if big is None else (again[0], big[1])
+
+
 def _name(e: dict[str, Any]) -> str:
     return str(e.get("name") or e["_artifact"].stem)
 
 
 def _block(e: dict[str, Any], relative_to: Path, reason: str | None) -> list[str]:
-    name = _name(e)
+    s = e.get("speed") or {}
+    block = [f"# {_name(e)}: {_facts(e)}"]
+    if e.get("forced"):
+        block.append("# FORCED: this variant failed validation (--force)")
+    gain = e.get("_speedup")
+    if gain and not reason:
+        big = "" if gain["max_batch"] is None else \
+            f", b={s['max_batch']} {gain['max_batch']:.2f}x"
+        block.append(f"# rung: cheaper than {gain['over']} by b=1 {gain['b1']:.2f}x{big} "
+                     f"({gain['how']})")
+    body = ["[[models.variants]]", *_keys(e, relative_to, "models.variants")]
+    pair = e.get("_pair")
+    if pair is not None and not reason:
+        block.append(f"# pair: {e['_pair_why']}")
+        block.append(f"# batch_variant {_name(pair)}: {_facts(pair)}")
+        body += ["[models.variants.batch_variant]",
+                 *_keys(pair, relative_to, "models.variants.batch_variant")]
+    if reason:
+        block.append(f"# not on the ladder: {reason}")
+        body = ["# " + b for b in body]
+    return [*block, *body, ""]
+
+
+def _keys(e: dict[str, Any], relative_to: Path, table: str) -> list[str]:
+    """A variant's keys (name, backend, path) and its ``[table.options]``."""
+    path = os.path.relpath(e["_artifact"].resolve(), relative_to.resolve())
+    body = [f"name = {_toml_value(_name(e))}", f"backend = {_toml_value(e.get('backend'))}",
+            f"path = {_toml_value(path)}"]
+    opts = e.get("options") or {}
+    if opts:
+        body.append(f"[{table}.options]")
+        body += [f"{k} = {_toml_value(val)}" for k, val in opts.items()]
+    return body
+
+
+def _facts(e: dict[str, Any]) -> str:
+    """A variant's runtime, precision, speed and accuracy, for its comment line."""
     v, s = e.get("validation") or {}, e.get("speed") or {}
     comment = []
     if s:
@@ -267,26 +394,7 @@ def _block(e: dict[str, Any], relative_to: Path, reason: str | None) -> list[str
                        f"(drop {v.get('drop_pct', 0.0):+.2f} pts)")
     if v.get("agreement_pct") is not None:
         comment.append(f"top-1 agreement {v['agreement_pct']:.2f}%")
-    block = [f"# {name}: {e.get('backend')} {e.get('precision', '')}; " + "; ".join(comment)]
-    if e.get("forced"):
-        block.append("# FORCED: this variant failed validation (--force)")
-    gain = e.get("_speedup")
-    if gain and not reason:
-        big = "" if gain["max_batch"] is None else \
-            f", b={s['max_batch']} {gain['max_batch']:.2f}x"
-        block.append(f"# rung: cheaper than {gain['over']} by b=1 {gain['b1']:.2f}x{big} "
-                     f"({gain['how']})")
-    path = os.path.relpath(e["_artifact"].resolve(), relative_to.resolve())
-    body = ["[[models.variants]]", f"name = {_toml_value(name)}",
-            f"backend = {_toml_value(e.get('backend'))}", f"path = {_toml_value(path)}"]
-    opts = e.get("options") or {}
-    if opts:
-        body.append("[models.variants.options]")
-        body += [f"{k} = {_toml_value(val)}" for k, val in opts.items()]
-    if reason:
-        block.append(f"# not on the ladder: {reason}")
-        body = ["# " + b for b in body]
-    return [*block, *body, ""]
+    return f"{e.get('backend')} {e.get('precision', '')}; " + "; ".join(comment)
 
 
 def render(entries: list[dict[str, Any]], relative_to: Path,
@@ -296,14 +404,17 @@ def render(entries: list[dict[str, Any]], relative_to: Path,
     timed = [e for e in usable if _latency(e) is not None]
     untimed = [e for e in usable if _latency(e) is None]
     rungs, off = plan(timed, confirm)
-    others = sorted((e for e in timed if e not in rungs), key=lambda e: -float(_latency(e) or 0))
+    on = [*rungs, *(r["_pair"] for r in rungs if "_pair" in r)]
+    others = sorted((e for e in timed if e not in on), key=lambda e: -float(_latency(e) or 0))
     lines = [
         "# Generated by `edged compile`: paste under the model's [[models]] table.",
         "# The governor's ladder, heaviest first: each rung is >= "
         f"{MIN_SPEEDUP}x faster than the one above",
         "# at batch 1 or at the max batch (best measurement round each, confirmed by timing",
-        "# the two interleaved where they run here); the variants after the rungs are",
-        "# commented out, each with the reason it is not on the ladder.",
+        "# the two interleaved where they run here); a rung of two equals, one faster at batch 1",
+        "# and one at the max batch, keeps both (its batch_variant computes batches of > 1 row);",
+        "# the variants after the rungs are commented out, each with the reason it is not on",
+        "# the ladder.",
         f"# Paths are relative to {relative_to.resolve()} (put the config there or adjust).",
         "",
     ]

@@ -31,6 +31,10 @@ class VariantConfig:
     verify: VariantVerify = field(default_factory=VariantVerify)
     #: fp32 / fp16 / int8 (default: the artifact's sidecar, else its name)
     precision: str | None = None
+    #: the rung's other member, of equal quality: it computes every batch of more than one
+    #: row, this variant the lone rows (``edged compile`` pairs two variants when one is
+    #: faster at batch 1 and the other at the max batch); None: this variant computes all
+    batch_variant: VariantConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,6 @@ class ModelConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
 
-
 def overridden(m: ModelConfig) -> list[str]:
     """Keys of ``m`` set but silently outweighed by another key: what ``edged check`` warns
     of, naming both (the config is valid; the reader's intent may not be what serves)."""
@@ -75,7 +78,9 @@ def overridden(m: ModelConfig) -> list[str]:
                    "docs/configuration.md)")
     return out
 
-def _variant(t: Table) -> VariantConfig | None:
+
+def _variant(t: Table, member: bool = False) -> VariantConfig | None:
+    """One ``[[models.variants]]`` table, or (``member``) a rung's ``batch_variant``."""
     name = t.get("name", str)
     backend = t.get("backend", str, choices=tuple(RUNTIMES))
     path = t.get_path("path")  # existence is checked at load: one bad file fails one model
@@ -84,11 +89,35 @@ def _variant(t: Table) -> VariantConfig | None:
     verify = VariantVerify.from_value(t)
     precision = t.get("precision", str, None, choices=tuple(BY_PRECISION))
     options = read_options(backend, opts_t) if backend is not None else None
+    batch = _batch_variant(t, member)
+    if member and reference:
+        t.problem("reference", "a batch_variant cannot be the reference: its rung's variant "
+                  "is the one others are checked against")
     t.done()
     if name is None or backend is None or path is None or options is None:
         return None
     return VariantConfig(name=name, backend=backend, path=path, options=options,
-                         reference=reference, verify=verify, precision=precision)
+                         reference=reference, verify=verify, precision=precision,
+                         batch_variant=batch)
+
+
+def _batch_variant(t: Table, member: bool) -> VariantConfig | None:
+    """``[models.variants.batch_variant]``: the rung's member for batches of > 1 row."""
+    if not t.has("batch_variant"):
+        return None
+    bt = t.table("batch_variant")  # not a table: said, and read as none
+    if not isinstance(t.data["batch_variant"], dict):
+        return None
+    if member:
+        t.problem("batch_variant", "a batch_variant cannot have a batch_variant of its own "
+                  "(a rung is one variant, or a pair)")
+        return None
+    return _variant(bt, member=True)
+
+
+def members(v: VariantConfig) -> tuple[VariantConfig, ...]:
+    """The variants of one rung: ``v``, and its ``batch_variant`` when it has one."""
+    return (v,) if v.batch_variant is None else (v, v.batch_variant)
 
 
 def read_model(t: Table) -> ModelConfig | None:
@@ -99,7 +128,7 @@ def read_model(t: Table) -> ModelConfig | None:
     variants = [v for v in (_variant(vt) for vt in t.tables(
         "variants", required=source is None)) if v]
     seen: set[str] = set()
-    for v in variants:
+    for v in (m for rung in variants for m in members(rung)):
         if v.name in seen:
             t.problem("variants", f"variant name {v.name!r} is used twice")
         seen.add(v.name)

@@ -64,22 +64,30 @@ def version_config(base: ModelConfig, version: Version, manifest: Manifest) -> M
     for i, vt in enumerate(tables):
         if not isinstance(vt, dict):
             continue
-        vt = dict(vt)
-        if isinstance(vt.get("path"), str):
-            vt["path"] = Path(vt["path"]).name  # a bundle is flat: its files by base name
+        vt = _flat(vt)
+        if isinstance(vt.get("batch_variant"), dict):
+            vt["batch_variant"] = _flat(vt["batch_variant"])
         t = Table(vt, f"models.variants[{i}]", ladder, problems, base_dir=version.path)
         v = _variant(t)
         if v is None:
             continue
-        if not v.path.is_file() or v.path.parent != version.path:
-            problems.append(f"{ladder.name}: models.variants[{i}].path: {v.path.name} is "
-                            "not a file of the bundle")
+        where = f"{ladder.name}: models.variants[{i}]"
+        if not _in_bundle(v, version, f"{where}.path", problems):
             continue
         why = cannot_run(v)
         if why:  # a rung for another device (a TensorRT plan on a CPU): not opened here
             log.info("delivery: %s %s: variant %s is not opened on this device: %s",
                      base.name, manifest.version, v.name, why)
             continue
+        m = v.batch_variant
+        if m is not None and not _in_bundle(m, version, f"{where}.batch_variant.path",
+                                            problems):
+            continue
+        why = cannot_run(m) if m is not None else None
+        if m is not None and why:  # the rung serves on its variant alone here
+            log.info("delivery: %s %s: batch_variant %s is not opened on this device: %s",
+                     base.name, manifest.version, m.name, why)
+            v = replace(v, batch_variant=None)
         variants.append(v)
     if problems or not variants:
         raise Refused("verifying", "ladder", "; ".join(problems) or
@@ -87,8 +95,29 @@ def version_config(base: ModelConfig, version: Version, manifest: Manifest) -> M
     mc = replace(base, variants=tuple(variants))
     if len(variants) == 1:  # rungs built here before (edged.delivery.rungs), if any
         mc = with_rungs(mc, variants[0].path)
-    return replace(mc, variants=tuple(replace(v, name=f"{v.name}@{manifest.version}")
-                                      for v in mc.variants))
+    return replace(mc, variants=tuple(_versioned(v, manifest.version) for v in mc.variants))
+
+
+def _flat(vt: dict[str, Any]) -> dict[str, Any]:
+    """A variant's table with its path by base name: a bundle is flat."""
+    vt = dict(vt)
+    if isinstance(vt.get("path"), str):
+        vt["path"] = Path(vt["path"]).name
+    return vt
+
+
+def _in_bundle(v: VariantConfig, version: Version, where: str, problems: list[str]) -> bool:
+    if v.path.is_file() and v.path.parent == version.path:
+        return True
+    problems.append(f"{where}: {v.path.name} is not a file of the bundle")
+    return False
+
+
+def _versioned(v: VariantConfig, version: str) -> VariantConfig:
+    """``v`` (and a pair's member) named for ``version``: two versions' series never mix."""
+    m = v.batch_variant
+    return replace(v, name=f"{v.name}@{version}",
+                   batch_variant=None if m is None else replace(m, name=f"{m.name}@{version}"))
 
 
 def cannot_run(v: VariantConfig) -> str | None:

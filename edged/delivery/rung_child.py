@@ -156,7 +156,7 @@ def _order(records: dict[str, dict[str, Any]], checker: _Checker,
         timed.append({"name": key, "precision": "fp32" if key == TOP else
                       RUNGS[key].precision, "speed": speed})
     timed, kept_top = _top_stays(timed)
-    rungs, off = plan(timed)
+    rungs, off = plan(timed, pairs=False)  # a stored ladder names one variant a rung
     off.update(kept_top)
     return [str(e["name"]) for e in rungs], off, {
         str(e["name"]): min(r["latency_ms_p50"] for r in e["speed"]["rounds"]) for e in timed}

@@ -29,7 +29,7 @@ from edged.config.models import ModelConfig
 from edged.errors import ConfigError, EdgedError
 from edged.metrics import Metrics
 from edged.model.heads import Head, open_head
-from edged.model.open import Loaded, check_candidate, open_with_head
+from edged.model.open import Loaded, check_candidate, open_batch_member, open_with_head
 from edged.preprocess.preprocessor import Preprocessor
 from edged.verify.compare import VerifyRefused
 from edged.verify.verifier import Opened, Reference, Verifier
@@ -88,8 +88,10 @@ def verify_model(m: ModelConfig) -> list[VariantResult]:
                 for i, v in enumerate(m.variants)]
     session = _Session(m, verifier, head, ref)
     try:
-        return [session.measure(ri, ref, t0)] + [session.candidate(i)
-                                                for i in range(len(m.variants)) if i != ri]
+        return [session.measure(ri, ref, t0)] + [
+            session.candidate(i, member) for i, v in enumerate(m.variants)
+            for member in (False, True) if (i != ri or member)
+            and (not member or v.batch_variant is not None)]
     finally:
         ref.backend.close()
 
@@ -104,15 +106,17 @@ class _Session:
     def with_reference(self, job: Callable[[Opened], Reference]) -> Reference:
         return job(self.ref)
 
-    def candidate(self, index: int) -> VariantResult:
-        """Open variant ``index`` as a swap would, check its contract, then measure it."""
+    def candidate(self, index: int, member: bool = False) -> VariantResult:
+        """Open variant ``index`` (``member``: its rung's ``batch_variant``, checked on the
+        rung's inputs) as a swap would, check its contract, then measure it."""
         v = self.m.variants[index]
+        v = v.batch_variant if member and v.batch_variant is not None else v
         t0 = time.perf_counter()
         if not v.verify.enabled:
             return VariantResult(self.m.name, v.name, "unverified", True,
                                  error="verify = false: goes live unchecked")
         try:
-            cand = open_with_head(self.m, index, self.head)
+            cand = (open_batch_member if member else open_with_head)(self.m, index, self.head)
             check_candidate(v, cand.backend, list(self.ref.backend.inputs),
                             list(self.ref.backend.outputs))  # closes it on failure
         except Exception as e:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from edged.batching.queue import Pending, RequestQueue
+from edged.config.models import ModelConfig
 from edged.metrics import Metrics
 from edged.model.usage import ModelUsage
 
@@ -40,6 +41,14 @@ class BatchRecord:
         self._compute: dict[str, Any] = {}  # variant -> its compute_duration ``observe``
         #: when a batch was last computed (None: never)
         self.last: float | None = None
+        self._rung_of: dict[str, str] = {}  # a pair's batch member -> its rung's variant
+
+    def rungs(self, cfg: ModelConfig) -> None:
+        """``cfg``'s ladder: a batch a pair's member computes is counted by that member
+        (``edged_compute_duration_seconds{variant}``: the batches each computed) and in the
+        usage by its rung, the governor's unit (cost per row by rung)."""
+        self._rung_of = {v.batch_variant.name: v.name for v in cfg.variants
+                         if v.batch_variant is not None}
 
     def computed(self, variant: str, rows: int, compute_s: float, batch: list[Pending]) -> None:
         """A batch of ``rows`` ran on ``variant`` in ``compute_s`` (the batcher's ``on_batch``).
@@ -53,7 +62,7 @@ class BatchRecord:
         later((observe, compute_s))
         later((self._batch_size, rows))
         later((self.queue_depth, self.queue.depth))
-        self.usage.computed(variant, rows, compute_s)
+        self.usage.computed(self._rung_of.get(variant, variant), rows, compute_s)
         if self.power_w is not None:
             w = self.power_w()
             if w:

@@ -155,3 +155,11 @@ class InputContract:
         hint = " or a uint8 HxWxC image frame / JPEG / PNG" if self.pre else ""
         raise InvalidArgument(f"inputs[{i}] ({spec.name!r}): got {meta.dtype} "
                               f"{list(meta.shape)}; model {self.model!r} expects {want}{hint}")
+
+
+def check_spec(c: InputContract | None) -> TensorSpec | None:
+    """The input validation frames are made for (the preprocessed one)."""
+    if c is None:
+        return None
+    want = c.image_input or (c.inputs[0].name if len(c.inputs) == 1 else None)
+    return next((s for s in c.inputs if s.name == want), None)

@@ -29,15 +29,15 @@ from typing import Any
 
 import psutil
 
-from edged.backends.base import TensorSpec
 from edged.batching.batcher import Batcher
 from edged.batching.cap import BatchCap
-from edged.config.models import ModelConfig, VariantConfig
+from edged.config.models import ModelConfig, VariantConfig, members
 from edged.errors import EdgedError
 from edged.metrics import Metrics
-from edged.model.contract import InputContract
+from edged.model.contract import InputContract, check_spec
 from edged.model.heads import Head
 from edged.model.open import Loaded, check_candidate, open_with_head, with_reference
+from edged.model.pair import Pairs
 from edged.model.standby import Standby
 from edged.model.variant_record import VariantRecord
 from edged.verify.compare import VerifyRefused
@@ -63,6 +63,7 @@ class LiveVariant:
         self.record = VariantRecord(cfg.name, metrics)
         self.head = head
         self.verifier = verifier
+        self.pairs = Pairs(self.record, self.verifier, head)  # a rung's batch member
         self.batcher = batcher  # paused, and waited idle, around a drain-then-swap
         self.cap = cap  # its ``tuned`` input is the active variant's best batch
         self.worker = worker  # the model's one worker thread: closes run after its batch
@@ -100,7 +101,7 @@ class LiveVariant:
         try:
             self.contract = bind(loaded)
         except Exception as e:
-            loaded.backend.close()
+            loaded.close()
             self._load_failed(loaded.config, e)
             raise
         self._activate(loaded)
@@ -155,18 +156,19 @@ class LiveVariant:
                 tight = False
                 if held is not None:  # opened and checked already: a switch
                     self.loaded = held
-                    self.cap.for_variant(held.batch_cap, held.backend.batch_multiple)
+                    self.cap.for_variant(held.batches.batch_cap,
+                                         held.batches.backend.batch_multiple)
                     self.record.active(v, held.digest)
                 else:
                     ref = await asyncio.to_thread(self._reference_for, index)
-                    size = v.path.stat().st_size if v.path.exists() else 0
+                    size = rung_bytes(v)
                     tight = psutil.virtual_memory().available < 2 * size + self.headroom_bytes
                     if tight:
                         await self._swap_drained(cur, index, ref)
                     else:
                         self._activate(await asyncio.to_thread(self._open_checked, index, ref))
                 if not tight and (self.standby is None or not self.standby.keep(cur)):
-                    self.worker.submit(cur.backend.close)  # on the worker, after its batch
+                    self.worker.submit(cur.close)  # on the worker, after its batch
             except Exception as e:
                 self._load_failed(v, e)
                 self.record.swap_failed(v.name, reason, e)
@@ -200,14 +202,14 @@ class LiveVariant:
         self.state = "unloaded"
         self.record.ready(False)
         if a is not None:
-            await asyncio.get_running_loop().run_in_executor(self.worker, a.backend.close)
+            await asyncio.get_running_loop().run_in_executor(self.worker, a.close)
 
     async def _load_checked(self, index: int) -> Loaded:
         v = self.cfg.variants[index]
         try:
             ref = await asyncio.to_thread(self._reference_for, index)
             if ref is None:
-                return await asyncio.to_thread(self._open, index)
+                return await asyncio.to_thread(self._open_trusted, index)
             return await asyncio.to_thread(self._open_checked, index, ref)
         except Exception as e:
             self._load_failed(v, e)
@@ -215,6 +217,11 @@ class LiveVariant:
 
     def _open(self, index: int) -> Loaded:
         return open_with_head(self.cfg, index, self.head)
+
+    def _open_trusted(self, index: int) -> Loaded:
+        """Variant ``index`` unchecked (the reference, or ``verify = false``), its rung's
+        batch member checked beside it."""
+        return self._with_member(self._open(index), None)
 
     def _reference_for(self, index: int) -> Reference | None:
         """The reference's results on variant ``index``'s check inputs (None: the
@@ -243,10 +250,9 @@ class LiveVariant:
             self.record.refused(v, e)
             raise
         if ref is None:  # the reference itself, or marked verify = false
-            if index == self.verifier.reference_index:
-                return loaded
-            self.record.unverified(v)
-            return loaded
+            if index != self.verifier.reference_index:
+                self.record.unverified(v)
+            return self._with_member(loaded, ref)
         try:
             checked = self.verifier.check(loaded, ref)
         except Exception as e:
@@ -255,7 +261,10 @@ class LiveVariant:
                 self.record.refused(v, e)
             raise
         self.record.checked(v, checked)
-        return loaded
+        return self._with_member(loaded, ref)
+
+    def _with_member(self, loaded: Loaded, ref: Reference | None) -> Loaded:
+        return self.pairs.attach(self.cfg, loaded, ref, self.contract, self._with_reference)
 
     def _checked(self, index: int) -> Loaded:
         return self._open_checked(index, self._reference_for(index))
@@ -264,13 +273,15 @@ class LiveVariant:
         self.batcher.pause()
         try:
             await self.batcher.idle()
-            await asyncio.get_running_loop().run_in_executor(self.worker, cur.backend.close)
+            await asyncio.get_running_loop().run_in_executor(self.worker, cur.close)
             try:
                 loaded = await asyncio.to_thread(self._open_checked, index, ref)
             except Exception:
-                # Put the old variant back: reload it the same way.
-                self.loaded = await asyncio.to_thread(self._open, cur.index)
-                self.cap.for_variant(self.loaded.batch_cap, self.loaded.backend.batch_multiple)
+                # Put the old rung back: reload it the same way (its member checked before).
+                self.loaded = await asyncio.to_thread(
+                    lambda: self.pairs.reopen(self.cfg, cur, self._open(cur.index)))
+                self.cap.for_variant(self.loaded.batches.batch_cap,
+                                     self.loaded.batches.backend.batch_multiple)
                 raise
             self._activate(loaded)
         finally:
@@ -278,7 +289,7 @@ class LiveVariant:
 
     def _activate(self, loaded: Loaded) -> None:
         self.loaded = loaded
-        self.cap.for_variant(loaded.batch_cap, loaded.backend.batch_multiple)
+        self.cap.for_variant(loaded.batches.batch_cap, loaded.batches.backend.batch_multiple)
         self.record.loaded(loaded)
 
     def _load_failed(self, v: VariantConfig, e: Exception) -> None:
@@ -292,9 +303,6 @@ class LiveVariant:
             self.record.load_failed(v.name, msg)
 
 
-def check_spec(c: InputContract | None) -> TensorSpec | None:
-    """The input validation frames are made for (the preprocessed one)."""
-    if c is None:
-        return None
-    want = c.image_input or (c.inputs[0].name if len(c.inputs) == 1 else None)
-    return next((s for s in c.inputs if s.name == want), None)
+def rung_bytes(v: VariantConfig) -> int:
+    """The bytes of a rung's artifacts (both members of a pair): what a swap must hold."""
+    return sum(m.path.stat().st_size for m in members(v) if m.path.exists())

@@ -73,6 +73,7 @@ class Model:
         self.usage = ModelUsage()  # duty, cost per row, deadline use: the governor's inputs
         self._batcher.queue.on_deadline = self.usage.answered
         self._batches = BatchRecord(cfg.name, metrics, self._batcher.queue, self.usage, power_w)
+        self._batches.rungs(cfg)
         self._batcher.on_batch = self._batches.computed
         self._m_queue_depth = self._batches.queue_depth  # set per request: looked up once
         self._later = metrics.later.add
@@ -191,6 +192,7 @@ class Model:
         if not self.live.add_rungs(cfg):
             return False
         self.cfg = cfg
+        self._batches.rungs(cfg)
         return True
 
     async def swap_to(self, index: int, reason: str) -> bool:
@@ -245,6 +247,8 @@ class Model:
             raise Unavailable(f"model {self.name!r} has no loaded variant")
         t0 = time.perf_counter()
         total = sum(p.rows for p in batch)
+        if total > 1 and loaded.batch is not None:
+            loaded = loaded.batch  # a pair's batch member (edged.model.pair)
         self.head.before_compute(batch, loaded.post)
         if len(batch) == 1:
             feeds = {k: np.ascontiguousarray(a) for k, a in batch[0].feeds.items()}

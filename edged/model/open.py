@@ -41,6 +41,21 @@ class Loaded:
     post: Any = None
     #: sha256 of the artifact's bytes as read before it was opened (``artifact_digest``)
     digest: str | None = None
+    #: the rung's ``batch_variant``, opened and checked: it computes every batch of more
+    #: than one row (None: this variant computes all; docs/compile.md, "Pairs")
+    batch: Loaded | None = None
+
+    @property
+    def batches(self) -> Loaded:
+        """The member that computes batches of more than one row (its cap and multiple
+        are the batcher's)."""
+        return self.batch or self
+
+    def close(self) -> None:
+        """Close the rung: this variant's backend and its batch member's."""
+        if self.batch is not None:
+            self.batch.backend.close()
+        self.backend.close()
 
 
 class RunsOnWorker:
@@ -99,6 +114,20 @@ def open_with_head(cfg: ModelConfig, index: int, head: Head) -> Loaded:
                           cfg.auto_batch)
     try:
         loaded.post = head.for_variant(loaded.config, loaded.backend)
+    except Exception:
+        loaded.backend.close()
+        raise
+    return loaded
+
+
+def open_batch_member(cfg: ModelConfig, index: int, head: Head) -> Loaded:
+    """Rung ``index``'s ``batch_variant``, opened as :func:`open_with_head` opens a variant
+    (the rung's index: a member is not a rung of its own); blocking."""
+    v = cfg.variants[index].batch_variant
+    assert v is not None
+    loaded = open_variant(cfg.name, index, v, cfg.max_batch_size, cfg.auto_batch)
+    try:
+        loaded.post = head.for_variant(v, loaded.backend)
     except Exception:
         loaded.backend.close()
         raise

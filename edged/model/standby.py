@@ -6,8 +6,8 @@ are waiting for: the person detector with eight Frigate detectors on two cores l
 answers past Frigate's 200 ms at each swap. So for such a model the rung below the active
 one is opened and checked in the background once it has loaded, and the variant a swap
 leaves is kept: the step down and the step back up are both a switch of two pointers.
-One variant is held at most, and only while memory allows (twice its artifact plus the
-swap headroom, the rule of a swap that holds both).
+One rung is held at most (a pair's two members together), and only while memory allows
+(twice its artifacts plus the swap headroom, the rule of a swap that holds both).
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ class Standby:
         """Hold ``loaded`` instead of what was held (closed); False, and ``loaded`` closed,
         when memory does not allow holding it."""
         self.close()
-        size = loaded.config.path.stat().st_size if loaded.config.path.exists() else 0
+        size = sum(m.config.path.stat().st_size for m in (loaded, loaded.batch)
+                   if m is not None and m.config.path.exists())
         if psutil.virtual_memory().available < 2 * size + self.headroom_bytes:
-            self.worker.submit(loaded.backend.close)
+            self.worker.submit(loaded.close)
             return False
         self._held = loaded
         return True
@@ -55,7 +56,7 @@ class Standby:
     def close(self) -> None:
         held, self._held = self._held, None
         if held is not None:
-            self.worker.submit(held.backend.close)
+            self.worker.submit(held.close)
 
     async def fill(self, cfg: Any, index: int, open_checked: Callable[[int], Any]) -> None:
         """Open and check rung ``index`` of ``cfg`` (a ModelConfig) in the background and
