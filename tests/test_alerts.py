@@ -82,6 +82,8 @@ EDGED_METRICS = HISTOGRAMS | {
     "edged_governor_level_seconds_total",
     "edged_thermal_headroom_ratio",
     "edged_power_watts",
+    "edged_energy_budget_left_joules",
+    "edged_energy_mission_left_seconds",
 }
 # prometheus_client's process collector, plus Prometheus' own `up`.
 OTHER_METRICS = {

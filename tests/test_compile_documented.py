@@ -24,7 +24,7 @@ import pytest
 
 from edged.backends.support.isa import CpuIsa, cpu_isa
 from edged.backends.support.sidecar import read_sidecar
-from edged.compile import ladder
+from edged.compile import ladder, ladder_file
 from edged.compile.options import CompileOptions
 from edged.compile.ort_steps import seven_bit_weights
 from edged.compile.run import run
@@ -220,7 +220,7 @@ def test_ladder_rule_picks_the_cheaper_of_two_int8s_as_one_rung() -> None:
     rungs, off = ladder.plan([tiny, int8, batchy, fp32])
     assert [r["name"] for r in rungs] == ["fp32", "int8", "tiny"]
     assert off["batchy"].startswith("as precise and as accurate as int8, which serves")
-    rendered = ladder.render([tiny, int8, batchy, fp32], Path("/x"))
+    rendered = ladder_file.render([tiny, int8, batchy, fp32], Path("/x"))
     assert tomllib.loads(rendered)["models"]["variants"][0]["name"] == "fp32"
 
 
@@ -261,7 +261,7 @@ def test_a_rung_must_survive_the_interleaved_re_timing() -> None:
     assert [r["name"] for r in rungs] == ["fp32", "int8"]
     assert "timed interleaved with it" in off["fp16"] and "b=1 1.02x" in off["fp16"]
     assert asked == [("fp32", "fp16"), ("fp32", "int8")]
-    text = ladder.render([fp32, fp16, int8], Path("/x"), confirm)
+    text = ladder_file.render([fp32, fp16, int8], Path("/x"), confirm)
     assert "# rung: cheaper than fp32 by b=1 2.50x, b=8 2.50x (best round" in text
 
 
@@ -299,7 +299,7 @@ def test_equals_that_split_the_contest_are_kept_as_one_rung_of_two(tmp_path: Pat
     from edged.config.file import load_config, parse_config
 
     _sidecars(tmp_path, *_issue_int8s(4.3))
-    path, in_dir = ladder.write_with_text(tmp_path, tmp_path)
+    path, in_dir = ladder_file.write_with_text(tmp_path, tmp_path)
     text = path.read_text()
     doc = tomllib.loads(text)["models"]["variants"]
     assert [v["name"] for v in doc] == ["fp32", "ort-int8"]

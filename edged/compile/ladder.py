@@ -4,7 +4,8 @@ Why from the sidecars and not from this run's results: steps may be run one at a
 time (``--steps int8`` today, ``--steps tvm`` tomorrow); the ladder must always
 cover every accepted artifact in the directory, with the figures measured for it.
 
-The rule (docs/compile.md, "Ladder"): a governor step must save something, so each
+The file itself (its comments, paths, the source model brought in) is written by
+``ladder_file``. The rule (docs/compile.md, "Ladder"): a governor step must save something, so each
 rung must be measurably cheaper than the rung above it: at least ``MIN_SPEEDUP``
 times faster at batch 1 or at the max batch, comparing each variant's best of its
 repeated measurement rounds (:mod:`edged.compile.bench`; other jobs on the machine
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,7 @@ def collect(out_dir: Path) -> list[dict[str, Any]]:
             continue
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             continue
-        doc["_artifact"] = p.with_name(p.name[: -len(".json")])
+        doc["_artifact"] = p.withname_of(p.name[: -len(".json")])
         entries.append(doc)
     return entries
 
@@ -76,7 +76,7 @@ def _accuracy(e: dict[str, Any]) -> float:
     return float(v.get("agreement_pct", 0.0))
 
 
-def _latency(e: dict[str, Any]) -> float | None:
+def latency(e: dict[str, Any]) -> float | None:
     s = e.get("speed") or {}
     return s.get("latency_ms_p50")
 
@@ -87,14 +87,6 @@ _PRECISION_RANK = {"fp32": 3, "bf16": 2, "fp16": 2, "mixed": 2}
 def _rank(e: dict[str, Any]) -> int:
     """Higher = more precise; int8 and other reduced precisions rank lowest."""
     return _PRECISION_RANK.get(str(e.get("precision", "")), 1)
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    return json.dumps(str(v))
 
 
 MIN_SPEEDUP = 1.15
@@ -118,7 +110,7 @@ def speedup(upper: dict[str, Any], lower: dict[str, Any]) -> tuple[float, float 
     lower's best throughput over the upper's (a pair's: its ``batch_variant``'s); None
     when they were measured at different max batches.
     """
-    b1 = _best_latency(upper) / _best_latency(lower)
+    b1 = _bestlatency(upper) / _bestlatency(lower)
     upper, lower = _batches(upper), _batches(lower)
     su, sl = upper.get("speed") or {}, lower.get("speed") or {}
     if su.get("max_batch") != sl.get("max_batch"):
@@ -131,7 +123,7 @@ def _batches(e: dict[str, Any]) -> dict[str, Any]:
     return e.get("_pair") or e
 
 
-def _best_latency(e: dict[str, Any]) -> float:
+def _bestlatency(e: dict[str, Any]) -> float:
     return min(_rounds(e, "latency_ms_p50"))
 
 
@@ -155,7 +147,7 @@ def _quality(e: dict[str, Any]) -> tuple[int, float, int, int, str]:
     model, then by runtime), then the name: never the speed, which is the contest's."""
     backend = str(e.get("backend", ""))
     order = BACKEND_ORDER.index(backend) if backend in BACKEND_ORDER else len(BACKEND_ORDER)
-    return (-_rank(e), -_accuracy(e), 0 if e.get("_source") else 1, order, _name(e))
+    return (-_rank(e), -_accuracy(e), 0 if e.get("_source") else 1, order, name_of(e))
 
 
 def _equal_quality(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -191,7 +183,7 @@ def plan(timed: list[dict[str, Any]], confirm: Confirm | None = None, pairs: boo
             for e in remaining:
                 reason = _why_not_below(rungs[-1], e, confirm)
                 if reason:
-                    off[_name(e)] = reason
+                    off[name_of(e)] = reason
                 else:
                     step.append(e)
             if not step:
@@ -202,7 +194,7 @@ def plan(timed: list[dict[str, Any]], confirm: Confirm | None = None, pairs: boo
         for e in equals:
             lost = e.pop("_lost", None)
             if e is not winner and e is not partner:
-                off[_name(e)] = lost or ""
+                off[name_of(e)] = lost or ""
         rungs.append(winner if partner is None else _pair(winner, partner))
         remaining = [e for e in step if e not in equals]
     return rungs, off
@@ -261,9 +253,9 @@ def _pair(winner: dict[str, Any], partner: dict[str, Any]) -> dict[str, Any]:
     n = (main.get("speed") or {}).get("max_batch")
     main["_pair"] = batch
     main["_pair_why"] = (
-        f"{_name(main)} and {_name(batch)} are as precise and as accurate, and neither is "
-        f"faster at every batch size: {_name(main)} computes lone rows (b=1 {b1_x:.2f}x "
-        f"faster), {_name(batch)} batches of more (b={n} {big_x:.2f}x faster) ({how}; "
+        f"{name_of(main)} and {name_of(batch)} are as precise and as accurate, and neither is "
+        f"faster at every batch size: {name_of(main)} computes lone rows (b=1 {b1_x:.2f}x "
+        f"faster), {name_of(batch)} batches of more (b={n} {big_x:.2f}x faster) ({how}; "
         f"each >= {PAIR_MARGIN}x)")
     return main
 
@@ -292,13 +284,13 @@ def _contest(equals: list[dict[str, Any]], confirm: Confirm | None) -> dict[str,
         if e is preferred:  # the winner took the rung from it: say by how much
             b1, big, how = winner["_served"]
             ratios = _ratios(winner, b1, big)
-            e["_lost"] = (f"as precise and as accurate as {_name(winner)}, which serves "
+            e["_lost"] = (f"as precise and as accurate as {name_of(winner)}, which serves "
                           f"{served(b1, big):.2f}x cheaper at the model's batch sizes "
                           f"({ratios}, {how})")
         else:
-            e["_lost"] = (f"as precise and as accurate as {_name(winner)}, which serves "
+            e["_lost"] = (f"as precise and as accurate as {name_of(winner)}, which serves "
                           f"as fast or faster at the model's batch sizes (this one: "
-                          f"{_ratios(e, b1, big)} against {_name(preferred)}, {how}; it "
+                          f"{_ratios(e, b1, big)} against {name_of(preferred)}, {how}; it "
                           f"would need {MIN_WIN}x)")
     return winner
 
@@ -313,7 +305,7 @@ def _why_not_below(last: dict[str, Any], e: dict[str, Any],
     """Why ``e`` cannot be a rung below ``last``, or None when it can."""
     if _equal_quality(last, e):
         # Equal quality: a step between them trades nothing.
-        return (f"as precise and as accurate as {_name(last)} (a rung must give up "
+        return (f"as precise and as accurate as {name_of(last)} (a rung must give up "
                 "precision or accuracy for its saving)")
     b1, big = speedup(last, e)
     how = "best round against best round"
@@ -323,9 +315,9 @@ def _why_not_below(last: dict[str, Any], e: dict[str, Any],
             b1, big = again
             how = "timed interleaved with it, least favourable of 3 rounds"
     if passes(b1, big):
-        e["_speedup"] = {"over": _name(last), "b1": b1, "max_batch": big, "how": how}
+        e["_speedup"] = {"over": name_of(last), "b1": b1, "max_batch": big, "how": how}
         return None
-    return (f"not measurably cheaper than {_name(last)} ({_ratios(e, b1, big)}, {how}; a "
+    return (f"not measurably cheaper than {name_of(last)} ({_ratios(e, b1, big)}, {how}; a "
             f"rung must be >= {MIN_SPEEDUP}x faster at batch 1 or at the max batch)")
 
 
@@ -340,144 +332,6 @@ def _confirmed(last: dict[str, Any], e: dict[str, Any], confirm: Confirm,
     return None if big is None else (again[0], big[1])
 
 
-def _name(e: dict[str, Any]) -> str:
+def name_of(e: dict[str, Any]) -> str:
+    """A ladder entry's variant name (its file's stem when it has none)."""
     return str(e.get("name") or e["_artifact"].stem)
-
-
-def _block(e: dict[str, Any], relative_to: Path, reason: str | None) -> list[str]:
-    s = e.get("speed") or {}
-    block = [f"# {_name(e)}: {_facts(e)}"]
-    if e.get("forced"):
-        block.append("# FORCED: this variant failed validation (--force)")
-    gain = e.get("_speedup")
-    if gain and not reason:
-        big = "" if gain["max_batch"] is None else \
-            f", b={s['max_batch']} {gain['max_batch']:.2f}x"
-        block.append(f"# rung: cheaper than {gain['over']} by b=1 {gain['b1']:.2f}x{big} "
-                     f"({gain['how']})")
-    body = ["[[models.variants]]", *_keys(e, relative_to, "models.variants")]
-    pair = e.get("_pair")
-    if pair is not None and not reason:
-        block.append(f"# pair: {e['_pair_why']}")
-        block.append(f"# batch_variant {_name(pair)}: {_facts(pair)}")
-        body += ["[models.variants.batch_variant]",
-                 *_keys(pair, relative_to, "models.variants.batch_variant")]
-    if reason:
-        block.append(f"# not on the ladder: {reason}")
-        body = ["# " + b for b in body]
-    return [*block, *body, ""]
-
-
-def _keys(e: dict[str, Any], relative_to: Path, table: str) -> list[str]:
-    """A variant's keys (name, backend, path) and its ``[table.options]``."""
-    path = os.path.relpath(e["_artifact"].resolve(), relative_to.resolve())
-    body = [f"name = {_toml_value(_name(e))}", f"backend = {_toml_value(e.get('backend'))}",
-            f"path = {_toml_value(path)}"]
-    opts = e.get("options") or {}
-    if opts:
-        body.append(f"[{table}.options]")
-        body += [f"{k} = {_toml_value(val)}" for k, val in opts.items()]
-    return body
-
-
-def _facts(e: dict[str, Any]) -> str:
-    """A variant's runtime, precision, speed and accuracy, for its comment line."""
-    v, s = e.get("validation") or {}, e.get("speed") or {}
-    comment = []
-    if s:
-        comment.append(f"b=1 p50 {s['latency_ms_p50']:.3f} ms, "
-                       f"b={s['max_batch']} {s['throughput_per_s']:,.0f}/s")
-    else:
-        comment.append("speed not measured here (cross-compiled or no device)")
-    if v.get("accuracy_pct") is not None:
-        comment.append(f"accuracy {v['accuracy_pct']:.2f}% "
-                       f"(drop {v.get('drop_pct', 0.0):+.2f} pts)")
-    if v.get("agreement_pct") is not None:
-        comment.append(f"top-1 agreement {v['agreement_pct']:.2f}%")
-    return f"{e.get('backend')} {e.get('precision', '')}; " + "; ".join(comment)
-
-
-def render(entries: list[dict[str, Any]], relative_to: Path,
-           confirm: Confirm | None = None) -> str:
-    usable = [e for e in entries if (e.get("validation") or {}).get("passed", True)
-              or e.get("forced")]
-    timed = [e for e in usable if _latency(e) is not None]
-    untimed = [e for e in usable if _latency(e) is None]
-    rungs, off = plan(timed, confirm)
-    on = [*rungs, *(r["_pair"] for r in rungs if "_pair" in r)]
-    others = sorted((e for e in timed if e not in on), key=lambda e: -float(_latency(e) or 0))
-    lines = [
-        "# Generated by `edged compile`: paste under the model's [[models]] table.",
-        "# The governor's ladder, heaviest first: each rung is >= "
-        f"{MIN_SPEEDUP}x faster than the one above",
-        "# at batch 1 or at the max batch (best measurement round each, confirmed by timing",
-        "# the two interleaved where they run here); a rung of two equals, one faster at batch 1",
-        "# and one at the max batch, keeps both (its batch_variant computes batches of > 1 row);",
-        "# the variants after the rungs are commented out, each with the reason it is not on",
-        "# the ladder.",
-        f"# Paths are relative to {relative_to.resolve()} (put the config there or adjust).",
-        "",
-    ]
-    for e in rungs:
-        lines += _block(e, relative_to, None)
-    for e in others:
-        lines += _block(e, relative_to, off.get(_name(e), "not on the ladder"))
-    for e in untimed:
-        lines += _block(e, relative_to, None)
-    return "\n".join(lines)
-
-
-def bring_in(path: Path, out_dir: Path) -> Path:
-    """``path`` inside ``out_dir``: itself when it is there already, else a copy named as
-    the file (the source model, the ladder's top rung, so the folder holds every rung it
-    names). A copy, not a hard link: a served file replaced in place in the output folder
-    must not rewrite the original. A different file of that name is replaced."""
-    import shutil
-
-    path = Path(path)
-    if path.resolve().parent == out_dir.resolve():
-        return path
-    dest = out_dir / path.name
-    if dest.exists() and dest.stat().st_size == path.stat().st_size and \
-            dest.read_bytes() == path.read_bytes():
-        return dest
-    tmp = dest.with_name(dest.name + ".part")
-    tmp.unlink(missing_ok=True)
-    shutil.copy2(path, tmp)
-    os.replace(tmp, dest)
-    return dest
-
-
-def write(out_dir: Path, relative_to: Path, confirm: Confirm | None = None) -> Path:
-    """``out_dir/variants.toml``; see :func:`write_with_text`."""
-    return write_with_text(out_dir, relative_to, confirm)[0]
-
-
-def write_with_text(out_dir: Path, relative_to: Path, confirm: Confirm | None = None,
-                    ) -> tuple[Path, str]:
-    """``out_dir/variants.toml`` (paths relative to ``relative_to``), with the source model
-    brought into ``out_dir``: its path, and the ladder's text with paths relative to
-    ``out_dir`` (what ``out_dir/edged.toml`` holds)."""
-    entries = collect(out_dir)
-    for e in entries:
-        if e.get("_source"):
-            e["_artifact"] = bring_in(e["_artifact"], out_dir)
-    in_dir = render(entries, out_dir, confirm)
-    out = out_dir / "variants.toml"
-    same = relative_to.resolve() == out_dir.resolve()
-    out.write_text(in_dir if same else rebase(in_dir, out_dir, relative_to))
-    return out, in_dir
-
-
-def rebase(text: str, frm: Path, to: Path) -> str:
-    """``path = "X"`` lines (commented or not) of a ladder written relative to ``frm``,
-    made relative to ``to``; the header says so."""
-    import re
-
-    def one(m: re.Match[str]) -> str:
-        new = os.path.relpath((frm / json.loads(m.group(2))).resolve(), to.resolve())
-        return f"{m.group(1)}{json.dumps(new)}"
-
-    text = re.sub(r'(?m)^((?:# )?path = )(".*")$', one, text)
-    return text.replace(f"# Paths are relative to {frm.resolve()}",
-                        f"# Paths are relative to {to.resolve()}")

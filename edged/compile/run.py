@@ -30,7 +30,7 @@ from pathlib import Path
 
 from edged.backends.support.isa import cpu_isa
 from edged.backends.support.sidecar import sha256_file
-from edged.compile import checks, ladder, sources
+from edged.compile import checks, ladder_file, sources
 from edged.compile import served_config as serving
 from edged.compile.context import Context, StepSkipped
 from edged.compile.modelinfo import io_specs
@@ -84,7 +84,7 @@ def run(opts: CompileOptions, say: Callable[[str], None] | None = None) -> Resul
     if "validate" in opts.steps:
         for p in checks.existing_artifacts(opts.out):
             result.outcomes[p.name] = checks.check(ctx, p)
-    result.ladder, in_dir = ladder.write_with_text(opts.out, opts.relative_to,
+    result.ladder, in_dir = ladder_file.write_with_text(opts.out, opts.relative_to,
                                                    confirm=checks.confirmer(ctx))
     report(f"wrote {result.ladder}")
     result.config = serving.write(ctx, in_dir, report)

@@ -57,8 +57,7 @@ class LiveVariant:
     device (``edged.verify``) before a load, swap or reload puts it live."""
 
     def __init__(self, cfg: ModelConfig, metrics: Metrics, head: Head, verifier: Verifier,
-                 batcher: Batcher, cap: BatchCap, worker: Executor,
-                 headroom_bytes: int) -> None:
+                 batcher: Batcher, cap: BatchCap, worker: Executor, headroom_bytes: int) -> None:
         self.cfg = cfg
         self.record = VariantRecord(cfg.name, metrics)
         self.head = head
@@ -87,11 +86,9 @@ class LiveVariant:
 
     async def load(self, index: int, bind: Callable[[Loaded], InputContract]) -> None:
         """Open variant ``index`` as the first active one; ``bind`` makes the model's
-        contract from it (and may refuse it).
-
-        A variant other than the reference is checked against it first (the reference
-        is opened for that and closed again); one that fails the check is not served:
-        the reference is loaded instead."""
+        contract from it (and may refuse it). A variant other than the reference is checked
+        against it first (the reference is opened for that and closed again); one that
+        fails the check is not served: the reference is loaded instead."""
         try:
             loaded = await self._load_checked(index)
         except VerifyRefused:

@@ -76,10 +76,8 @@ class Model:
         self._batches.rungs(cfg)
         self._batcher.on_batch = self._batches.computed
         self._m_queue_depth = self._batches.queue_depth  # set per request: looked up once
-        self._later = metrics.later.add
-        #: a candidate version's shadow (``edged.delivery.shadow``): offered each computed
-        #: batch after the fact; it never delays one
-        self.shadow: Any = None
+        self._later = metrics.later.add  # ... and applied after the reply
+        self.shadow: Any = None  # a candidate version's (``delivery.shadow``): never delays
         #: requests admitted to this model and not yet queued or answered (a frame still
         #: being decoded off the event loop; ``edged.protocols.admission`` counts them)
         self._admitted = 0
