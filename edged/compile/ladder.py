@@ -64,7 +64,7 @@ def collect(out_dir: Path) -> list[dict[str, Any]]:
             continue
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             continue
-        doc["_artifact"] = p.withname_of(p.name[: -len(".json")])
+        doc["_artifact"] = p.with_name(p.name[: -len(".json")])
         entries.append(doc)
     return entries
 

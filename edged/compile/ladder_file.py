@@ -121,7 +121,7 @@ def bring_in(path: Path, out_dir: Path) -> Path:
     if dest.exists() and dest.stat().st_size == path.stat().st_size and \
             dest.read_bytes() == path.read_bytes():
         return dest
-    tmp = dest.withname_of(dest.name + ".part")
+    tmp = dest.with_name(dest.name + ".part")
     tmp.unlink(missing_ok=True)
     shutil.copy2(path, tmp)
     os.replace(tmp, dest)
