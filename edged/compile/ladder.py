@@ -110,7 +110,7 @@ def speedup(upper: dict[str, Any], lower: dict[str, Any]) -> tuple[float, float 
     lower's best throughput over the upper's (a pair's: its ``batch_variant``'s); None
     when they were measured at different max batches.
     """
-    b1 = _bestlatency(upper) / _bestlatency(lower)
+    b1 = _best_latency(upper) / _best_latency(lower)
     upper, lower = _batches(upper), _batches(lower)
     su, sl = upper.get("speed") or {}, lower.get("speed") or {}
     if su.get("max_batch") != sl.get("max_batch"):
@@ -123,7 +123,7 @@ def _batches(e: dict[str, Any]) -> dict[str, Any]:
     return e.get("_pair") or e
 
 
-def _bestlatency(e: dict[str, Any]) -> float:
+def _best_latency(e: dict[str, Any]) -> float:
     return min(_rounds(e, "latency_ms_p50"))
 
 
