@@ -168,7 +168,7 @@ def test_the_one_running_daemon_is_used_and_named(pair: dict[str, Any], tmp_path
     empty = tmp_path / "none"
     empty.mkdir()
     r = edged(empty, "status")
-    assert r.returncode == 2 and "no running daemon found" in r.stderr
+    assert r.returncode == 3 and "no running daemon found" in r.stderr
 
 
 def test_status_lists_every_listener_in_columns(pair: dict[str, Any]) -> None:
@@ -261,12 +261,17 @@ def test_ctrl_c_ends_quietly(tmp_path: Path) -> None:
         pytest.skip("no coreutils")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EDGED_")}
     env.update(PYTHONPATH=str(ROOT))
-    port = free_port()  # nothing listens: the command waits for its timeout
-    p = subprocess.Popen([sys.executable, "-m", "edged", "health", "--endpoint",
-                          f"tcp://127.0.0.1:{port}", "--timeout", "60"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    time.sleep(2.0)  # imported and waiting for the reply
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=30)
+    # A port that takes the connection and never answers: the command waits for its
+    # timeout (a port nothing listens on is refused at once: no daemon there).
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        port = mute.getsockname()[1]
+        p = subprocess.Popen([sys.executable, "-m", "edged", "health", "--endpoint",
+                              f"tcp://127.0.0.1:{port}", "--timeout", "60"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        time.sleep(2.0)  # imported and waiting for the reply
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
     assert p.returncode == 130, err
     assert b"Traceback" not in err

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    fr = sub.add_parser("frigate", help="Frigate integration helpers (docs/frigate.md)")
+    fr = sub.add_parser("frigate", help="files Frigate needs (labelmap)")
     fsub = fr.add_subparsers(dest="frigate_cmd", required=True)
     fl = fsub.add_parser("labelmap", help="print a Frigate labelmap file for a detection model "
                          "or a pipeline a [[server.frigate]] endpoint serves")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    k = sub.add_parser("keys", help="CURVE key management")
+    k = sub.add_parser("keys", help="CURVE key pairs for encrypted TCP")
     ksub = k.add_subparsers(dest="keys_cmd", required=True)
     kg = ksub.add_parser("generate", help="write NAME.key (public) and NAME.key_secret")
     kg.add_argument("name", help="whose keys: server, or a client's name")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("publish", help="pack, sign and push a model version for devices to "
-                       "pull (docs/delivery.md)")
+                       "pull")
     p.add_argument("dir", type=Path, help="the folder edged compile wrote (with variants.toml)")
     p.add_argument("--to", required=True, metavar="SOURCE",
                    help="oci://HOST/REPO:TAG, file:///PATH or a folder a web server serves")

@@ -7,6 +7,7 @@ the file's own folder, so a config and its models can move together.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -130,4 +131,16 @@ def _read_toml(p: Path) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ConfigError([f"{p}: not UTF-8 text: {e}"]) from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError([f"{p}: invalid TOML: {e}"]) from None
+        raise ConfigError([toml_problem(p, e)]) from None
+
+
+def toml_problem(p: Path, e: tomllib.TOMLDecodeError) -> str:
+    """``FILE:LINE:COLUMN: invalid TOML: what`` (as a compiler says it, so an editor
+    jumps there); tomllib puts the place in its message ("(at line 3, column 5)")."""
+    text = str(e)
+    m = re.search(r"\s*\(at line (\d+), column (\d+)\)$", text)
+    line, col = (getattr(e, "lineno", None), getattr(e, "colno", None))
+    if m is not None:
+        line, col, text = int(m.group(1)), int(m.group(2)), text[:m.start()]
+    where = f"{p}:{line}:{col}" if line else str(p)
+    return f"{where}: invalid TOML: {text}"

@@ -37,7 +37,8 @@ draws it, --simulate closes the loop with a simple thermal model of the device.
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``governor replay`` under ``subparsers`` (the ``edged`` command's)."""
-    g = subparsers.add_parser("governor", help="governor tools (replay a recorded trace)")
+    g = subparsers.add_parser("governor", help="replay a recorded temperature trace through the "
+                               "governor")
     gsub = g.add_subparsers(dest="governor_cmd", required=True)
     r = gsub.add_parser("replay", help="run the policy over a recorded trace",
                         description=DESCRIPTION,
