@@ -414,7 +414,7 @@ def run(args: argparse.Namespace) -> int:
                          idle_seconds=args.idle_seconds, settle_seconds=args.settle_seconds,
                          bytecode=args.bytecode)
         except RuntimeError as e:  # the daemon exited or never became healthy: its log
-            print(f"edged bench footprint: {e}", file=sys.stderr)
+            print(f"edged bench footprint: {str(e).splitlines()[0]}", file=sys.stderr)
             return 1
     print()
     print(markdown(fp))

@@ -120,7 +120,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="edged-soak-"))
     mix = {"valid": args.valid, "invalid": args.invalid, "expired": args.expired,
            "stream": args.stream}
-    d = start_daemon(config, work)
+    try:
+        d = start_daemon(config, work)
+    except RuntimeError:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     endpoint = d.ipc if args.transport == "ipc" else d.tcp
     report: dict[str, Any] = {"config": str(config), "endpoint": args.transport,
                               "clients": args.clients, "mix": mix, "machine": machine_info()}

@@ -91,6 +91,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
         print("edged publish: --cert-chain goes with --sign-cert CERT", file=sys.stderr)
         return 2
     contract = args.contract or args.dir / "model.json"
+    if not contract.is_file():
+        print(f"edged publish: {contract} is missing: give the folder `edged compile --out "
+              "DIR` wrote (it writes DIR/model.json), or --contract MODEL.json",
+              file=sys.stderr)
+        return 2
     try:
         accuracy = _claimed(args, contract)
         source = open_source(args.to, insecure=args.insecure)
