@@ -116,7 +116,10 @@ def rss_bytes(pid: int) -> int:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Probe, then hold the load; the report (``soak_report.summarise``) with the probe."""
+    from edged.config.file import load_config
+
     config = Path(args.config).resolve()
+    load_config(config)  # a bad config is said here (file, line, key), not by the daemon
     work = Path(tempfile.mkdtemp(prefix="edged-soak-"))
     mix = {"valid": args.valid, "invalid": args.invalid, "expired": args.expired,
            "stream": args.stream}

@@ -113,6 +113,14 @@ def _refusal(e: Exception) -> CliError:
     return CliError(getattr(e, "message", None) or str(e), exits.code_for(e))
 
 
+def config_fix(problems: list[str]) -> str:
+    """The line under a config's problems that says what to do next."""
+    if any("cannot read config file" in p for p in problems):
+        return ("give a config file that exists with --config FILE (`edged compile` writes "
+                "one; a checkout's config.toml is the example)")
+    return "fix the file where each line points; `edged check --config FILE` lists them all"
+
+
 def refusal_line(reply: dict[str, object]) -> str:
     """A reply the daemon refused, as a sentence and what to do next (not its JSON)."""
     status = str(reply.get("status") or "an error")

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from edged.cli import exits
-from edged.cli.common import DEFAULT_CONFIG
+from edged.cli.common import DEFAULT_CONFIG, config_fix
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +45,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config).with_overrides(**overrides)
     except ConfigError as e:
-        print("edged: invalid config:\n  " + "\n  ".join(e.problems), file=sys.stderr)
+        print("edged: invalid config:\n  " + "\n  ".join([*e.problems, config_fix(e.problems)]),
+              file=sys.stderr)
         return exits.CONFIG
     setup_logging(args.log_level or cfg.server.log_level)
     from edged.model.preopen import preopen
@@ -86,6 +87,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{args.config}: {len(e.problems)} problem(s):")
         for p in e.problems:
             print(f"  - {p}")
+        print(config_fix(e.problems))
         return exits.CONFIG
     bad = ipc_problems(cfg)
     for p in bad:

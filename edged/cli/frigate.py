@@ -29,14 +29,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def cmd_frigate(args: argparse.Namespace) -> int:
     """``edged frigate labelmap MODEL``: Frigate's ``labelmap_path`` file on stdout."""
     from edged.config.file import load_config
-    from edged.errors import ConfigError
     from edged.protocols.frigate.wire import labelmap
 
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        return 2
+    cfg = load_config(args.config)  # a bad config: its ConfigError, said with its code
     frigate = list(cfg.server.frigate)
     if args.endpoint is not None:
         if not 0 <= args.endpoint < len(frigate):

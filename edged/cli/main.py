@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 
 from edged.cli import ctl, daemon, exits, frigate, keys, publish, requests
-from edged.cli.common import CliError
+from edged.cli.common import CliError, config_fix
 
 #: Subcommands whose parsers live in (and import) their own modules.
 _HEAVY = ("bench", "compile", "governor", "device-check", "isa-check")
@@ -133,8 +133,8 @@ def _failed(e: Exception) -> int:
     """An exception no command caught: its one line, and what to do next."""
     code = exits.code_for(e)
     if code == exits.CONFIG:
-        print("edged: " + "\n  ".join(getattr(e, "problems", None) or [str(e)]),
-              file=sys.stderr)
+        problems = getattr(e, "problems", None) or [str(e)]
+        print("edged: " + "\n  ".join([*problems, config_fix(problems)]), file=sys.stderr)
     elif code == exits.INTERNAL:
         print(f"edged: internal error: {type(e).__name__}: {_one_line(e)}\n"
               "  this is a bug in edged: run the command again with --debug and report "

@@ -220,9 +220,19 @@ class Daemon:
                            f"log: {self.log_path})\n{self.log()}")
 
     def _reason(self) -> str:
-        """The daemon's own last ``edged: ...`` line, else its exit status."""
-        lines = [ln for ln in self.log().splitlines() if ln.startswith("edged: ")]
-        return lines[-1][len("edged: "):] if lines else f"it exited {self.proc.returncode}"
+        """The daemon's own last ``edged: ...`` line (with the indented lines under it,
+        as ``invalid config:`` lists its problems), else its exit status."""
+        lines = self.log().splitlines()
+        starts = [i for i, ln in enumerate(lines) if ln.startswith("edged: ")]
+        if not starts:
+            return f"it exited {self.proc.returncode}"
+        first = starts[-1]
+        rest = []
+        for ln in lines[first + 1:]:
+            if not ln.startswith("  "):
+                break
+            rest.append(ln.strip())
+        return " ".join([lines[first][len("edged: "):], "; ".join(rest)]).strip()
 
     def client(self, endpoint: str | None = None, timeout_s: float = 10.0) -> Any:
         from edged.client import Client
