@@ -215,7 +215,7 @@ backend = "nope"
 path = "x.onnx"
 """)
     r = run_edged("check", str(cfg))
-    assert r.returncode == 1, r.stdout
+    assert r.returncode == 4, r.stdout  # an invalid config (edged.cli.exits.CONFIG)
     assert "Traceback" not in r.stdout + r.stderr
     out = r.stdout.splitlines()
     assert out[0] == f"{cfg}: 7 problem(s):", r.stdout
@@ -224,4 +224,5 @@ path = "x.onnx"
                 "models[0].variants[0].backend"):
         hits = [ln for ln in out[1:] if f"{cfg}: {key}:" in ln]
         assert len(hits) == 1, (key, r.stdout)
-    assert len(out) == 8, r.stdout  # the heading and exactly the seven problems
+    assert len(out) == 9, r.stdout  # the heading, exactly the seven problems, what to do
+    assert out[-1] == "fix the file where each line points", r.stdout

@@ -113,12 +113,14 @@ def _refusal(e: Exception) -> CliError:
     return CliError(getattr(e, "message", None) or str(e), exits.code_for(e))
 
 
-def config_fix(problems: list[str]) -> str:
-    """The line under a config's problems that says what to do next."""
+def config_fix(problems: list[str], checking: bool = False) -> str:
+    """The line under a config's problems that says what to do next (``checking``: they
+    are ``edged check``'s own list, so it does not send the user there)."""
     if any("cannot read config file" in p for p in problems):
         return ("give a config file that exists with --config FILE (`edged compile` writes "
                 "one; a checkout's config.toml is the example)")
-    return "fix the file where each line points; `edged check --config FILE` lists them all"
+    return "fix the file where each line points" + (
+        "" if checking else "; `edged check --config FILE` lists them all")
 
 
 def refusal_line(reply: dict[str, object]) -> str:

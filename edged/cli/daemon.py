@@ -87,7 +87,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{args.config}: {len(e.problems)} problem(s):")
         for p in e.problems:
             print(f"  - {p}")
-        print(config_fix(e.problems))
+        print(config_fix(e.problems, checking=True))
         return exits.CONFIG
     bad = ipc_problems(cfg)
     for p in bad:

@@ -144,7 +144,9 @@ class Server:
         memory.trim()  # what loading and warm-up freed goes back to the system
         for m in failed:
             if startup and m.cfg.required:
-                raise StartupError(f"required model {m.name!r} failed to load: {m.error}")
+                raise StartupError(f"required model {m.name!r} failed to load: {m.error} "
+                                   "(fix its file, or set required = false to serve without "
+                                   "it; `edged check` loads every model file)")
         return [m.name for m in failed]
 
     async def serve(self) -> None:
