@@ -26,7 +26,7 @@ from edged.cli import main as cli_main
 from edged.cli.main import build_parser
 
 #: what a line that names the fix looks like: a flag, or a verb telling what to do
-FIX = re.compile(r"(?<![\w-])--[a-z]|\b(give|pass|start|change|set|use|run|create|pick|"
+FIX = re.compile(r"(?<![\w-])--[a-z]|\b(fix|give|pass|start|change|set|use|run|create|pick|"
                  r"name|install|publish|check)\b")
 
 #: a broken input per subcommand ({tmp} is an empty folder), and the code it must get
