@@ -66,7 +66,7 @@ def test_footprint_names_a_config_it_cannot_read(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "edged", "bench", "footprint", "--config",
                         str(tmp_path / "nope.toml")],
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert p.returncode == 2 and "nope.toml: cannot read config file" in p.stderr
+    assert p.returncode == 4 and "nope.toml: cannot read config file" in p.stderr
 
 
 def test_bench_without_a_subcommand_still_needs_a_model() -> None:

@@ -113,6 +113,39 @@ def test_two_daemons_are_never_guessed_between(pair: dict[str, Any]) -> None:
         assert "Traceback" not in r.stderr
 
 
+def test_control_client_refuses_to_guess_between_two(pair: dict[str, Any],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ControlClient()`` with no endpoint, as a Python script on the device writes it:
+    two daemons answer, so it names both instead of talking to the newest."""
+    import tempfile
+
+    from edged.client import ControlClient
+    from edged.client.discover import Ambiguous
+
+    if Path("/run/edged/control.sock").exists():
+        pytest.skip("a system daemon's control socket exists on this machine")
+    for k in ("EDGED_CONTROL", "RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("TMPDIR", str(pair["tmp"]))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with pytest.raises(Ambiguous) as e:
+        ControlClient()
+    assert pair["a_control"] in str(e.value) and pair["b_control"] in str(e.value)
+    assert "--control" in str(e.value)
+
+
+def test_a_refused_request_is_a_sentence(pair: dict[str, Any]) -> None:
+    image = next((ROOT / "models" / "digits" / "samples").glob("*.png"))
+    r = edged(pair["tmp"], "infer", "digit", str(image), "--endpoint", pair["b"].tcp)
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    line = r.stderr.strip()
+    assert line.startswith("edged: the daemon refused (NOT_FOUND): ") and "{" not in line
+    assert "edged models" in line and len(line.splitlines()) == 1, line
+    r = edged(pair["tmp"], "ctl", "swap", "digits", "no-such-variant", "--control",
+              pair["b_control"])
+    assert r.returncode == 1 and "the daemon refused (" in r.stderr and "{" not in r.stderr
+
+
 def test_bench_finds_its_daemon_the_same_way(pair: dict[str, Any]) -> None:
     r = edged(pair["tmp"], "bench", "--model", "digits", "--duration", "0.5")
     assert r.returncode == 2 and "2 daemons are running" in r.stderr, r.stderr
@@ -168,7 +201,7 @@ def test_the_one_running_daemon_is_used_and_named(pair: dict[str, Any], tmp_path
     empty = tmp_path / "none"
     empty.mkdir()
     r = edged(empty, "status")
-    assert r.returncode == 2 and "no running daemon found" in r.stderr
+    assert r.returncode == 3 and "no running daemon found" in r.stderr
 
 
 def test_status_lists_every_listener_in_columns(pair: dict[str, Any]) -> None:
@@ -261,12 +294,17 @@ def test_ctrl_c_ends_quietly(tmp_path: Path) -> None:
         pytest.skip("no coreutils")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EDGED_")}
     env.update(PYTHONPATH=str(ROOT))
-    port = free_port()  # nothing listens: the command waits for its timeout
-    p = subprocess.Popen([sys.executable, "-m", "edged", "health", "--endpoint",
-                          f"tcp://127.0.0.1:{port}", "--timeout", "60"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    time.sleep(2.0)  # imported and waiting for the reply
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=30)
+    # A port that takes the connection and never answers: the command waits for its
+    # timeout (a port nothing listens on is refused at once: no daemon there).
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        port = mute.getsockname()[1]
+        p = subprocess.Popen([sys.executable, "-m", "edged", "health", "--endpoint",
+                              f"tcp://127.0.0.1:{port}", "--timeout", "60"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        time.sleep(2.0)  # imported and waiting for the reply
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
     assert p.returncode == 130, err
     assert b"Traceback" not in err

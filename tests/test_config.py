@@ -175,7 +175,7 @@ def test_edged_check_reports_problems_and_broken_artifacts(tmp_path: Path) -> No
     bad = tmp_path / "bad.toml"
     bad.write_text('[[models]]\nname = "m"\nmax_queue = -3\nwat = 1\n')
     r = _cli("check", str(bad))
-    assert r.returncode == 1
+    assert r.returncode == 4  # an invalid config (edged.cli.exits.CONFIG)
     assert "max_queue: must be > 0" in r.stdout and "wat: unknown key" in r.stdout
     assert "variants: missing" in r.stdout
     broken = tmp_path / "broken.onnx"
@@ -187,11 +187,21 @@ def test_edged_check_reports_problems_and_broken_artifacts(tmp_path: Path) -> No
     assert r.returncode == 1 and "FAIL m/v" in r.stdout and str(broken) in r.stdout
 
 
-def test_serve_with_invalid_config_exits_2_with_the_problem(tmp_path: Path) -> None:
+def test_serve_with_invalid_config_exits_4_with_the_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[[models]]\nname = 1\n")
     r = _cli("serve", "--config", str(bad))
-    assert r.returncode == 2 and "models[0].name" in r.stderr
+    assert r.returncode == 4 and "models[0].name" in r.stderr
+
+
+def test_a_toml_error_names_file_line_and_column(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[server]\nendpoints = ["ipc://a.sock"]\nlog_level = \n')
+    for args in (("check", str(bad)), ("check", "--config", str(bad)),
+                 ("serve", "--config", str(bad))):
+        r = _cli(*args)
+        assert r.returncode == 4, (args, r.stdout, r.stderr)
+        assert f"{bad}:3:13: invalid TOML" in r.stdout + r.stderr, (args, r.stdout, r.stderr)
 
 
 def test_a_rung_pair_reads_as_one_variant_with_its_batch_variant(tmp_path: Path) -> None:

@@ -186,6 +186,18 @@ def test_a_file_changed_after_signing_is_refused(world: World) -> None:
     assert world.serving("digits") == "cnn-fp32@v2"
 
 
+def test_a_file_with_a_byte_appended_is_a_damaged_bundle_not_a_limit(world: World) -> None:
+    def append(out: Path) -> None:
+        with (out / "cnn-int8.onnx").open("ab") as f:
+            f.write(b"\0")
+
+    world.publish("digits", "v3-appended", compiled(world.tmp / "c-appended"), tamper=append)
+    r = world.pull("digits", "v3-appended")
+    refused(r, "verifying", "digest", "damaged")
+    assert "limit" not in r["delivery"]["last_refusal"]["message"]
+    assert world.serving("digits") == "cnn-fp32@v2"
+
+
 def test_a_manifest_naming_a_missing_file_is_refused(world: World) -> None:
     world.publish("digits", "v3-missing", compiled(world.tmp / "c-missing"),
                   tamper=lambda out: (out / "cnn-int8.onnx.golden.npz").unlink())

@@ -131,7 +131,8 @@ def test_metrics_port_in_use_is_a_one_line_error(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         last = one_line_startup_error(serve(cfg, tmp_path, metrics=f"127.0.0.1:{port}"))
-    assert f"metrics listen 127.0.0.1:{port}" in last and "in use" in last, last
+    assert f"port {port} ([metrics] listen = 127.0.0.1:{port}) is already in use" in last, last
+    assert "--metrics" in last, last  # and what moves it
 
 
 def test_runtime_dir_under_a_regular_file_is_a_one_line_error(tmp_path: Path) -> None:
@@ -180,17 +181,18 @@ def _bad_configs(tmp: Path) -> dict[str, Path]:
 
 @pytest.mark.parametrize("case", ["missing", "a directory", "invalid TOML", "not UTF-8",
                                   "binary garbage", "wrong type"])
-def test_unreadable_or_invalid_config_exits_2_naming_the_file(tmp_path: Path,
+def test_unreadable_or_invalid_config_exits_4_naming_the_file(tmp_path: Path,
                                                               case: str) -> None:
     path = _bad_configs(tmp_path)[case]
     r = serve(path, tmp_path)
-    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.returncode == 4, (r.returncode, r.stderr)  # edged.cli.exits.CONFIG
     assert "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
-    # "edged: invalid config:" then one line per problem, each naming the file.
+    # "edged: invalid config:", one line per problem naming the file, then what to do.
     assert lines[0] == "edged: invalid config:", r.stderr
-    assert len(lines) == 2, r.stderr
+    assert len(lines) == 3, r.stderr
     assert str(path) in lines[1], r.stderr
+    assert "--config" in lines[2], r.stderr
 
 
 def test_edged_check_lists_every_problem_with_file_and_key_path(tmp_path: Path) -> None:
@@ -213,7 +215,7 @@ backend = "nope"
 path = "x.onnx"
 """)
     r = run_edged("check", str(cfg))
-    assert r.returncode == 1, r.stdout
+    assert r.returncode == 4, r.stdout  # an invalid config (edged.cli.exits.CONFIG)
     assert "Traceback" not in r.stdout + r.stderr
     out = r.stdout.splitlines()
     assert out[0] == f"{cfg}: 7 problem(s):", r.stdout
@@ -222,4 +224,5 @@ path = "x.onnx"
                 "models[0].variants[0].backend"):
         hits = [ln for ln in out[1:] if f"{cfg}: {key}:" in ln]
         assert len(hits) == 1, (key, r.stdout)
-    assert len(out) == 8, r.stdout  # the heading and exactly the seven problems
+    assert len(out) == 9, r.stdout  # the heading, exactly the seven problems, what to do
+    assert out[-1] == "fix the file where each line points", r.stdout

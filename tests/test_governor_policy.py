@@ -579,6 +579,6 @@ def test_replay_command_names_a_bad_key_as_the_daemon_does(tmp_path: Path, capsy
     assert f"{cfg}: governor: expected a table, got 3" in capsys.readouterr().err
     cfg.write_text('[governor\n')
     assert main(["--config", str(cfg)]) == 2
-    assert f"{cfg}: invalid TOML" in capsys.readouterr().err
+    assert f"{cfg}:1:10: invalid TOML" in capsys.readouterr().err
     assert main(["--config", str(tmp_path / "absent.toml")]) == 2
     assert "cannot read config file" in capsys.readouterr().err

@@ -5,14 +5,16 @@ defaults, and the top-level description names every command."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 from support.paths import ROOT
 
-from edged.cli.main import _COMMANDS, DESCRIPTION, build_parser
+from edged.cli.main import _COMMANDS, build_parser
 
 #: what help text must not contain, and why
 FORBIDDEN = {
@@ -33,9 +35,31 @@ def parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
                 stack += [(f"{name} {n}", sub) for n, sub in a.choices.items()]
 
 
-def test_the_description_names_every_command() -> None:
-    listed = set(re.findall(r"(?m)^  ([a-z-]+)\s{2,}", DESCRIPTION))
-    assert listed == set(_COMMANDS), set(_COMMANDS) ^ listed
+def test_the_help_lists_every_command_once_in_order() -> None:
+    text = build_parser().format_help()
+    listed = re.findall(r"(?m)^  ([a-z-]+)(?:\s{2,}|$)", text.split("commands:")[1])
+    assert listed == list(_COMMANDS), listed
+    for name in _COMMANDS:  # nowhere else: not in the description, not as {a,b,...}
+        assert len(re.findall(rf"(?m)^\s+{re.escape(name)}\b", text)) == 1, name
+    assert "{" not in text and "COMMAND\n" not in text
+
+
+@pytest.mark.parametrize("name", [n for n, _ in parsers() if n != "edged"])
+def test_every_command_help_opens_with_its_line(name: str) -> None:
+    """``edged serve --help`` (and every other) says what the command is for before its
+    options: a description of one sentence at least, read the same in a pipe."""
+    text = dict(parsers())[name].format_help()
+    after_usage = text.split("\n\n", 1)[1]
+    first = after_usage.lstrip().splitlines()[0]
+    assert not first.startswith(("positional arguments", "options")), (name, text)
+    assert first[0].isupper() and len(first) > 10, (name, first)
+
+
+def test_help_in_a_pipe_has_no_terminal_codes() -> None:
+    r = subprocess.run([sys.executable, "-m", "edged", "--help"], capture_output=True,
+                       text=True, env={**os.environ, "COLUMNS": "80"}, check=True)
+    assert "\x1b[" not in r.stdout and "\r" not in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 100
 
 
 def test_every_command_and_option_has_one_line_help() -> None:

@@ -147,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"edged bench: --protocol {args.protocol} needs --kserve HOST:PORT and raw "
               "tensors (--input random or npy) over the socket transport", file=sys.stderr)
         return 2
+    from edged.client.discover import probe
+
+    probe(args.endpoint)  # nothing listens there: said at once (Unreachable), not in 10 s
     with Client(args.endpoint, timeout_s=10.0) as c:
         r = c.models()
     models = {m["name"]: m for m in r.header.get("models", [])}

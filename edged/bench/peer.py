@@ -127,7 +127,7 @@ def run_peer(args: argparse.Namespace) -> int:
             print(f"edged bench: --peer {args.peer}: {e}", file=sys.stderr)
             return 2
         except RuntimeError as e:  # the daemon did not start, or a server died
-            print(f"edged bench: --peer: {e}", file=sys.stderr)
+            print(f"edged bench: --peer: {str(e).splitlines()[0]}", file=sys.stderr)
             return 1
         finally:
             if daemon is not None:

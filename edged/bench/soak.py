@@ -116,11 +116,18 @@ def rss_bytes(pid: int) -> int:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Probe, then hold the load; the report (``soak_report.summarise``) with the probe."""
+    from edged.config.file import load_config
+
     config = Path(args.config).resolve()
+    load_config(config)  # a bad config is said here (file, line, key), not by the daemon
     work = Path(tempfile.mkdtemp(prefix="edged-soak-"))
     mix = {"valid": args.valid, "invalid": args.invalid, "expired": args.expired,
            "stream": args.stream}
-    d = start_daemon(config, work)
+    try:
+        d = start_daemon(config, work)
+    except RuntimeError:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     endpoint = d.ipc if args.transport == "ipc" else d.tcp
     report: dict[str, Any] = {"config": str(config), "endpoint": args.transport,
                               "clients": args.clients, "mix": mix, "machine": machine_info()}

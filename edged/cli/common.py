@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+from edged.cli import exits
+
 DEFAULT_CONFIG = "config.toml"
 
 
 class CliError(Exception):
-    """A message for the user (printed after ``edged:``) and the exit status."""
+    """A message for the user (printed after ``edged:``) and the exit code
+    (``edged.cli.exits``)."""
 
-    def __init__(self, message: str, code: int = 2) -> None:
+    def __init__(self, message: str, code: int = exits.USAGE) -> None:
         super().__init__(message)
         self.code = code
 
@@ -59,15 +62,15 @@ def _add_daemon_args(p: argparse.ArgumentParser, timeout: float,
 
 
 def control_for(args: argparse.Namespace) -> str:
-    """The control endpoint ``args`` mean; says so on stderr when it was a guess."""
-    from edged.client.discover import Ambiguous, NotFound, find_daemon
+    """The control endpoint ``args`` mean, checked to answer; says so on stderr when it
+    was a guess."""
+    from edged.client.discover import find_daemon, probe
 
     try:
         found, _ = find_daemon(control=args.control, config_path=args.config)
-    except (Ambiguous, NotFound) as e:
-        raise CliError(str(e)) from None
-    except _config_errors() as e:
-        raise CliError(_config_problem(e)) from None
+        probe(found.address, "--control ipc://PATH")
+    except _daemon_errors() as e:
+        raise _refusal(e) from None
     if found.guessed:
         print(f"edged: talking to {found.address} ({found.how}; --control picks another)",
               file=sys.stderr)
@@ -75,29 +78,64 @@ def control_for(args: argparse.Namespace) -> str:
 
 
 def endpoint_for(args: argparse.Namespace) -> str:
-    """The inference endpoint ``args`` mean; says so on stderr when it was a guess."""
-    from edged.client.discover import Ambiguous, NotFound, find_endpoint
+    """The inference endpoint ``args`` mean, checked to answer; says so on stderr when it
+    was a guess."""
+    from edged.client.discover import find_endpoint, probe
 
     try:
         found = find_endpoint(endpoint=args.endpoint, control=args.control,
                               config_path=args.config, prefer_tcp=bool(args.server_key))
-    except (Ambiguous, NotFound) as e:
-        raise CliError(str(e).replace("--control ipc://PATH",
-                                      "--endpoint ENDPOINT or --control ipc://PATH")) from None
-    except _config_errors() as e:
-        raise CliError(_config_problem(e)) from None
+        probe(found.address, "--endpoint ENDPOINT")
+    except _daemon_errors() as e:
+        err = _refusal(e)
+        raise CliError(str(err).replace("--control ipc://PATH",
+                                        "--endpoint ENDPOINT or --control ipc://PATH"),
+                       err.code) from None
     if found.guessed:
         print(f"edged: talking to {found.address} ({found.how}; --endpoint picks another)",
               file=sys.stderr)
     return found.address
 
 
-def _config_errors() -> tuple[type[Exception], ...]:
+def _daemon_errors() -> tuple[type[Exception], ...]:
+    from edged.client.discover import Ambiguous, NotFound, Unreachable
     from edged.errors import ConfigError
 
-    return (ConfigError, OSError)
+    return (Ambiguous, NotFound, Unreachable, ConfigError, OSError)
 
 
-def _config_problem(e: Exception) -> str:
+def _refusal(e: Exception) -> CliError:
+    """What finding a daemon ran into, as the line and the code ``main`` prints."""
     problems = getattr(e, "problems", None)
-    return "--config: " + ("; ".join(problems) if problems else str(e))
+    if problems is not None or isinstance(e, OSError):
+        return CliError("--config: " + ("; ".join(problems) if problems else str(e)),
+                        exits.CONFIG)
+    return CliError(getattr(e, "message", None) or str(e), exits.code_for(e))
+
+
+def config_fix(problems: list[str], checking: bool = False) -> str:
+    """The line under a config's problems that says what to do next (``checking``: they
+    are ``edged check``'s own list, so it does not send the user there)."""
+    if any("cannot read config file" in p for p in problems):
+        return ("give a config file that exists with --config FILE (`edged compile` writes "
+                "one; a checkout's config.toml is the example)")
+    return "fix the file where each line points" + (
+        "" if checking else "; `edged check --config FILE` lists them all")
+
+
+def refusal_line(reply: dict[str, object]) -> str:
+    """A reply the daemon refused, as a sentence and what to do next (not its JSON)."""
+    status = str(reply.get("status") or "an error")
+    error = str(reply.get("error") or "no reason given").rstrip(".")
+    hint = _HINTS.get(status)
+    return f"the daemon refused ({status}): {error}" + (f"; {hint}" if hint else "")
+
+
+#: what to do next, by the status of a refused reply
+_HINTS = {
+    "NOT_FOUND": "`edged models` lists what it serves, `edged status` its variants",
+    "UNAVAILABLE": "`edged status` says why",
+    "RESOURCE_EXHAUSTED": "send less at once, or raise the limit the message names",
+    "DEADLINE_EXCEEDED": "allow more time (--timeout) or send less at once",
+    "UNSUPPORTED_VERSION": "this edged and the daemon differ in version: use the daemon's",
+}

@@ -12,17 +12,18 @@ import re
 import sys
 from typing import Any
 
-from edged.cli.common import add_control_args, control_for
+from edged.cli import exits
+from edged.cli.common import CliError, add_control_args, control_for, refusal_line
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    st = sub.add_parser("status", help="models, variants, listeners and the governor level, "
-                                       "and why a model runs below its top rung")
+    st = sub.add_parser("status", help="what a daemon runs and why (models, listeners, "
+                                       "governor)")
     st.add_argument("--json", action="store_true", help="print the daemon's whole status reply")
     add_control_args(st)
 
-    ctl = sub.add_parser("ctl", help="operator actions: reload, load, unload, pin a level "
-                                     "or a variant")
+    ctl = sub.add_parser("ctl", help="operator actions: reload, load, unload, level, swap, "
+                                     "pull, promote, rollback")
     add_control_args(ctl)
     csub = ctl.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -67,17 +68,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     en.add_argument("--off", action="store_true", help="end the energy budget mode")
 
 
-def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any] | None:
-    from edged.client import ControlClient, EdgedClientError
+def _control(args: argparse.Namespace, msg: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's reply to ``msg``; ``CliError`` when there is none (no daemon, no
+    reply in time: UNREACHABLE) or a field is refused before sending (USAGE)."""
+    from edged.client import ClientTimeout, ControlClient, EdgedClientError, Unavailable
 
     control = control_for(args)
     try:
         with ControlClient(control, args.timeout) as c:
             op = msg.pop("op")
             return c.call(op, raise_on_error=False, **msg)
-    except EdgedClientError as e:  # no socket, no reply, or a field refused before sending
-        print(f"edged: {e.message}", file=sys.stderr)
-        return None
+    except (ClientTimeout, Unavailable) as e:
+        raise CliError(f"{e.message} (is the daemon running? `edged status` finds it)",
+                       exits.UNREACHABLE) from None
+    except EdgedClientError as e:  # a field refused before sending
+        raise CliError(e.message, exits.USAGE) from None
 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
@@ -95,16 +100,14 @@ def cmd_ctl(args: argparse.Namespace) -> int:
                  "off": args.off or None}
         msg.update({k: v for k, v in given.items() if v is not None})
     r = _control(args, msg)
-    if r is None:
-        return 3
     ok = r.get("status") == "OK"
-    if args.json or args.action in ("status", "models"):
+    if args.json or (ok and args.action in ("status", "models")):
         print(json.dumps(r, indent=2))
     elif ok:
         print(action_line(args.action, r))
-    else:
-        print(f"edged: {r.get('status')}: {r.get('error')}", file=sys.stderr)
-    return 0 if ok else 1
+    if not ok:
+        print(f"edged: {refusal_line(r)}", file=sys.stderr)
+    return exits.OK if ok else exits.REFUSED
 
 
 def action_line(action: str, r: dict[str, Any]) -> str:
@@ -173,9 +176,12 @@ def reload_line(rl: dict[str, Any]) -> str:
         if names:
             parts.append(f"{key} " + ", ".join(
                 f"{n} ({why[n]})" if n in why else n for n in names))
-    for key, said in (("listeners_opened", "opened"), ("listeners_closed", "closed")):
-        if rl.get(key):
-            parts.append(f"{said} " + ", ".join(rl[key]))
+    listeners = rl.get("listeners") or {}
+    for key in ("opened", "closed"):
+        if listeners.get(key):
+            parts.append(f"{key} " + ", ".join(listeners[key]))
+    if rl.get("listener_errors"):
+        parts.append("could not open " + "; ".join(rl["listener_errors"]))
     took = f" in {rl['ms']:.0f} ms" if rl.get("ms") is not None else ""
     return "reload: " + ("; ".join(parts) if parts else "nothing changed") + took
 
@@ -184,10 +190,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     from edged.cli.status_text import format_status
 
     r = _control(args, {"op": "status"})
-    if r is None:
-        return 3
-    if args.json or r.get("status") != "OK":
+    if args.json:
         print(json.dumps(r, indent=2))
-        return 0 if r.get("status") == "OK" else 1
-    print(format_status(r))
-    return 0
+    if r.get("status") != "OK":
+        print(f"edged: {refusal_line(r)}", file=sys.stderr)
+        return exits.REFUSED
+    if not args.json:
+        print(format_status(r))
+    return exits.OK

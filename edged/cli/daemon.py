@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from edged.cli.common import DEFAULT_CONFIG
+from edged.cli import exits
+from edged.cli.common import DEFAULT_CONFIG, config_fix
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -24,8 +25,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="replaces [server] log_level")
 
     c = sub.add_parser("check", help="validate a config and load every model file")
-    c.add_argument("config", nargs="?", default=DEFAULT_CONFIG,
-                   help=f"the config file (default {DEFAULT_CONFIG})")
+    c.add_argument("config_file", nargs="?", metavar="CONFIG",
+                   help=f"the config file (default {DEFAULT_CONFIG}); --config FILE too")
+    c.add_argument("--config", "-c", metavar="FILE",
+                   help="the config file, as every other command takes it")
     c.add_argument("--verify", action="store_true",
                    help="also check every variant against the model's reference on this "
                         "device, as a swap would, and print each measure")
@@ -42,8 +45,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config).with_overrides(**overrides)
     except ConfigError as e:
-        print("edged: invalid config:\n  " + "\n  ".join(e.problems), file=sys.stderr)
-        return 2
+        print("edged: invalid config:\n  " + "\n  ".join([*e.problems, config_fix(e.problems)]),
+              file=sys.stderr)
+        return exits.CONFIG
     setup_logging(args.log_level or cfg.server.log_level)
     from edged.model.preopen import preopen
 
@@ -57,7 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return asyncio.run(Server(cfg, overrides).run())
     except StartupError as e:
         print(f"edged: cannot start: {e}", file=sys.stderr)
-        return 1
+        return exits.REFUSED
 
 
 def _opens(m: Any, index: int, v: Any, head: Any) -> bool:
@@ -80,6 +84,11 @@ def _opens(m: Any, index: int, v: Any, head: Any) -> bool:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.config and args.config_file and args.config != args.config_file:
+        print(f"edged check: two config files given ({args.config_file} and --config "
+              f"{args.config}); give one", file=sys.stderr)
+        return exits.USAGE
+    args.config = args.config or args.config_file or DEFAULT_CONFIG
     if args.verify:
         from edged.device.go_live import cmd_check_verify
 
@@ -97,7 +106,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{args.config}: {len(e.problems)} problem(s):")
         for p in e.problems:
             print(f"  - {p}")
-        return 1
+        print(config_fix(e.problems, checking=True))
+        return exits.CONFIG
     for w in cfg.warnings():  # valid, but one key silently outweighs another: say so
         print(f"warning: {w}")
     bad = ipc_problems(cfg)
@@ -112,7 +122,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if problems:
         print(f"{problems} problem(s): an endpoint that cannot be bound or a model file that "
               "failed to load")
-        return 1
+        return exits.REFUSED
     piped = f", {len(cfg.pipelines)} pipeline(s)" if cfg.pipelines else ""
     print(f"{args.config}: OK ({len(cfg.models)} model(s){piped})")
     return 0

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    fr = sub.add_parser("frigate", help="Frigate integration helpers (docs/frigate.md)")
+    fr = sub.add_parser("frigate", help="files Frigate needs (labelmap)")
     fsub = fr.add_subparsers(dest="frigate_cmd", required=True)
     fl = fsub.add_parser("labelmap", help="print a Frigate labelmap file for a detection model "
                          "or a pipeline a [[server.frigate]] endpoint serves")
@@ -29,14 +29,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def cmd_frigate(args: argparse.Namespace) -> int:
     """``edged frigate labelmap MODEL``: Frigate's ``labelmap_path`` file on stdout."""
     from edged.config.file import load_config
-    from edged.errors import ConfigError
     from edged.protocols.frigate.wire import labelmap
 
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        return 2
+    cfg = load_config(args.config)  # a bad config: its ConfigError, said with its code
     frigate = list(cfg.server.frigate)
     if args.endpoint is not None:
         if not 0 <= args.endpoint < len(frigate):

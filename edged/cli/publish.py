@@ -21,7 +21,7 @@ from pathlib import Path
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("publish", help="pack, sign and push a model version for devices to "
-                       "pull (docs/delivery.md)")
+                       "pull")
     p.add_argument("dir", type=Path, help="the folder edged compile wrote (with variants.toml)")
     p.add_argument("--to", required=True, metavar="SOURCE",
                    help="oci://HOST/REPO:TAG, file:///PATH or a folder a web server serves")
@@ -91,6 +91,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
         print("edged publish: --cert-chain goes with --sign-cert CERT", file=sys.stderr)
         return 2
     contract = args.contract or args.dir / "model.json"
+    if not contract.is_file():
+        print(f"edged publish: {contract} is missing: give the folder `edged compile --out "
+              "DIR` wrote (it writes DIR/model.json), or --contract MODEL.json",
+              file=sys.stderr)
+        return 2
     try:
         accuracy = _claimed(args, contract)
         source = open_source(args.to, insecure=args.insecure)

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edged.cli.common import add_client_args, endpoint_for
+from edged.cli import exits
+from edged.cli.common import add_client_args, endpoint_for, refusal_line
 from edged.cli.status_text import rung_label
 
 
@@ -47,23 +48,32 @@ def cmd_infer(args: argparse.Namespace) -> int:
     from edged.client import ClientTimeout
 
     p = Path(args.input)
-    if not p.exists():
-        print(f"edged: {p}: no such file", file=sys.stderr)
-        return 2
-    inputs: Any = np.load(p, allow_pickle=False) if p.suffix == ".npy" else p
+    if not p.is_file():
+        print(f"edged: {p}: no such file (give a .jpg/.png image or a .npy tensor)",
+              file=sys.stderr)
+        return exits.USAGE
+    try:
+        inputs: Any = np.load(p, allow_pickle=False) if p.suffix == ".npy" else p
+    except ValueError as e:
+        print(f"edged: {p}: not a .npy tensor numpy can read ({e})", file=sys.stderr)
+        return exits.USAGE
     opts = {"conf": args.conf} if args.conf is not None else {}
     try:
         with _client(args) as c:
             r = c.infer(args.model, inputs, raise_on_error=False, **opts)
     except ClientTimeout as e:
         print(f"edged: {e} (is the daemon running?)", file=sys.stderr)
-        return 3
+        return exits.UNREACHABLE
     except ValueError as e:
         print(f"edged: {e}", file=sys.stderr)
-        return 2
-    if args.json or not r.ok:
+        return exits.USAGE
+    if args.json:
         print(json.dumps(r.header, indent=2))
-        return 0 if r.ok else 1
+    if not r.ok:
+        print(f"edged: {refusal_line(r.header)}", file=sys.stderr)
+        return exits.REFUSED
+    if args.json:
+        return exits.OK
     labels = Path(args.labels).read_text().split() if args.labels else None
     t = r.header["timing"]
     print(f"model={r.header['model']} variant={r.header['variant']} "
@@ -116,16 +126,16 @@ def cmd_simple(args: argparse.Namespace) -> int:
             r = c.health() if args.cmd == "health" else c.models()
     except ClientTimeout as e:
         print(f"edged: {e} (is the daemon running?)", file=sys.stderr)
-        return 3
+        return exits.UNREACHABLE
     if args.json:
         print(json.dumps(r.header, indent=2))
     elif args.cmd == "health":
         print(health_line(r.header))
     elif not r.ok:
-        print(f"edged: {r.header.get('status')}: {r.header.get('error')}", file=sys.stderr)
+        print(f"edged: {refusal_line(r.header)}", file=sys.stderr)
     else:
         print(models_table(r.header.get("models") or []))
-    return 0 if r.ok else 1
+    return exits.OK if r.ok else exits.REFUSED
 
 
 def health_line(h: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ docs/protocol.md describes the wire format these speak, for clients in other lan
 
 from edged.client.aio import AsyncClient
 from edged.client.control import ControlClient, find_control
+from edged.client.daemons import Ambiguous
 from edged.client.errors import (
     STATUS_ERRORS,
     ClientTimeout,
@@ -32,6 +33,7 @@ from edged.protocols.native.detections import Detections
 
 __all__ = [
     "STATUS_ERRORS",
+    "Ambiguous",
     "AsyncClient",
     "Client",
     "ClientTimeout",

@@ -2,7 +2,8 @@
 
 The control socket is ``ipc://`` only (operator actions stay on the host), in the daemon's
 runtime directory; ``find_control`` looks where ``edged/host/runtime_dir.py`` would have put
-it. Message shapes are ``edged.protocols.native.control.CONTROL_OPS``.
+it, and refuses to choose between two daemons that answer. Message shapes are
+``edged.protocols.native.control.CONTROL_OPS``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import zmq
 
+from edged.client.daemons import the_running_control
 from edged.client.errors import ClientTimeout, ProtocolViolation, Unavailable, error_for
 from edged.client.socket_support import open_dealer
 from edged.errors import EdgedError
@@ -23,17 +25,14 @@ from edged.protocols.native.control import control_message
 
 
 def find_control(explicit: str | None = None) -> str | None:
-    """The control endpoint: ``explicit``, else $EDGED_CONTROL, else the first
-    ``control.sock`` that exists in ``runtime_dir_candidates()``; None if none does."""
+    """The control endpoint: ``explicit``, else $EDGED_CONTROL, else the one
+    ``control.sock`` that answers in ``runtime_dir_candidates()``; None if none does, and
+    ``Ambiguous`` (naming them) if several do: two daemons are never guessed between."""
     if explicit:
         return explicit
     if os.environ.get("EDGED_CONTROL"):
         return os.environ["EDGED_CONTROL"]
-    for d in runtime_dir_candidates():
-        sock = d / CONTROL_SOCKET_NAME
-        if sock.exists():
-            return f"ipc://{sock}"
-    return None
+    return the_running_control()
 
 
 def _where_searched() -> str:
@@ -50,9 +49,9 @@ class ControlClient:
                  context: zmq.Context[Any] | None = None) -> None:
         found = find_control(endpoint)
         if found is None:
-            raise Unavailable("no control socket found (looked for $EDGED_CONTROL, then "
-                              f"{_where_searched()}, ...); is the daemon running? Pass the "
-                              "control endpoint it printed at start (ipc://PATH)")
+            raise Unavailable("no daemon's control socket answers (looked for $EDGED_CONTROL, "
+                              f"then {_where_searched()}, ...); is the daemon running? Pass "
+                              "the control endpoint it printed at start (ipc://PATH)")
         self.endpoint = found
         self.timeout_s = timeout_s
         self.ctx = context or zmq.Context.instance()

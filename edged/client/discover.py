@@ -20,26 +20,27 @@ flags always reach the same daemon.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edged.client.daemons import (
+    Ambiguous,
+    NotFound,
+    Unreachable,
+    answers,
+    probe,
+    running_controls,
+)
 from edged.host.runtime_dir import CONTROL_SOCKET_NAME, ipc_path, runtime_dir_candidates
+
+__all__ = ["Ambiguous", "Found", "NotFound", "Running", "Unreachable", "answers",
+           "find_daemon", "find_endpoint", "probe", "running_controls"]
 
 #: used when nothing names a daemon and no control socket answers (the shipped config's)
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
-
-
-class Ambiguous(Exception):
-    """Two or more daemons could be meant; the message names them and the flag to use."""
-
-
-class NotFound(Exception):
-    """No daemon could be found; the message says where the command looked."""
 
 
 @dataclass(frozen=True)
@@ -64,38 +65,6 @@ class Running:
 
     def label(self) -> str:
         return f"{self.control} (pid {self.pid}, config {self.config})"
-
-
-def answers(control: str) -> bool:
-    """Whether something accepts connections on an ``ipc://`` socket path: a socket file
-    left by a daemon that died refuses, so it is not mistaken for a running one."""
-    path = control[len("ipc://"):] if control.startswith("ipc://") else ""
-    if not path.startswith("/"):
-        return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(1.0)
-        try:
-            s.connect(path)
-        except OSError:
-            return False
-    return True
-
-
-def running_controls() -> list[str]:
-    """The control sockets that answer, in the places a daemon puts its runtime
-    directory (``edged.host.runtime_dir``), each once."""
-    seen: set[str] = set()
-    found = []
-    for d in runtime_dir_candidates():
-        sock = d / CONTROL_SOCKET_NAME
-        with contextlib.suppress(OSError):
-            key = str(sock.resolve())
-            if key in seen or not sock.exists():
-                continue
-            seen.add(key)
-            if answers(f"ipc://{sock}"):
-                found.append(f"ipc://{sock}")
-    return found
 
 
 def describe(control: str, timeout_s: float = 3.0) -> Running:

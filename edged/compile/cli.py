@@ -55,7 +55,7 @@ NEEDS = ("onnx", "onnxconverter_common", "tqdm")
 def add_parser(subparsers: Any) -> None:
     """Add the ``compile`` subcommand to an argparse subparsers object."""
     p = subparsers.add_parser(
-        "compile", help="turn an ONNX model into validated, timed variants",
+        "compile", help="turn an ONNX model into a checked, timed ladder of variants",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     _arguments(p)
     p.set_defaults(func=run)

@@ -85,7 +85,8 @@ class CompileOptions:
 
     def _check(self) -> None:
         if not self.model.is_file():
-            raise OptionError("model", f"not found: {self.model}")
+            raise OptionError("model", f"not found: {self.model}; give the path of an "
+                                       "ONNX file")
         bad = [s for s in self.steps if s not in STEP_NAMES + EXTRA_STEPS]
         if bad or not self.steps:
             raise OptionError("steps", f"unknown step(s) {', '.join(bad) or '(none given)'}; "

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from edged.backends.support.isa import cpu_isa
 from edged.backends.support.sidecar import sha256_file
-from edged.compile import checks, ladder_file, sources
+from edged.compile import card, checks, ladder_file, sources
 from edged.compile import served_config as serving
 from edged.compile.context import Context, StepSkipped
 from edged.compile.modelinfo import io_specs
@@ -88,6 +88,9 @@ def run(opts: CompileOptions, say: Callable[[str], None] | None = None) -> Resul
                                                    confirm=checks.confirmer(ctx))
     report(f"wrote {result.ladder}")
     result.config = serving.write(ctx, in_dir, report)
+    card_path = card.write(ctx)
+    if card_path is not None:
+        report(f"wrote {card_path}: `edged publish {opts.out}` packs the folder as it is")
     report(f"wrote {result.config}: serve it with edged serve --config {result.config}")
     if result.failures:
         report(f"failed steps: {', '.join(result.failures)}")

@@ -7,6 +7,7 @@ the file's own folder, so a config and its models can move together.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -130,8 +131,26 @@ def _read_toml(p: Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError([f"{p}: cannot read config file: {e.strerror or e}"]) from None
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError([f"{p}: not UTF-8 text: {e}"]) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError([f"{p}: invalid TOML: {e}"]) from None
+        raise ConfigError([toml_problem(p, e, text)]) from None
+
+
+def toml_problem(p: Path, e: tomllib.TOMLDecodeError, doc: str) -> str:
+    """``FILE:LINE:COLUMN: invalid TOML: what`` (as a compiler says it, so an editor
+    jumps there); tomllib puts the place in its message ("(at line 3, column 5)")."""
+    text = str(e)
+    m = re.search(r"\s*\(at line (\d+), column (\d+)\)$", text)
+    line, col = (getattr(e, "lineno", None), getattr(e, "colno", None))
+    if m is not None:
+        line, col, text = int(m.group(1)), int(m.group(2)), text[:m.start()]
+    elif text.endswith("(at end of document)"):
+        lines = doc.splitlines() or [""]
+        line, col = len(lines), len(lines[-1]) + 1
+        text = text[:-len("(at end of document)")].rstrip() + " at the end of the file"
+    where = f"{p}:{line}:{col}" if line else str(p)
+    return f"{where}: invalid TOML: {text}"

@@ -219,10 +219,12 @@ def _download(source: Source, ref: Ref, name: str, size: int, sha: str, dest: Pa
             raise Refused("downloading", reason, f"writing {dest}: {e.strerror or e} "
                           f"(the disk holding the store is full)" if reason == "disk_full"
                           else f"writing {dest}: {e}") from None
-        if got > size:
+        if got > size:  # not a limit: the file is not the one the manifest names
             dest.unlink(missing_ok=True)
-            raise Refused("downloading", "too_large",
-                          f"{ref.where}/{name}: more than the {size} bytes the manifest says")
+            raise Refused("verifying", "digest",
+                          f"{ref.where}/{name}: longer than the {size} bytes its signed "
+                          "manifest says: the bundle is damaged or changed after signing; "
+                          "publish it again")
         if got < size:
             raise Refused("downloading", "truncated",
                           f"{ref.where}/{name}: {got} of {size} bytes arrived (truncated); "

@@ -34,9 +34,8 @@ def add_parsers(subparsers: Any) -> None:
 
 def add_device_check(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "device-check", help="what this device can run: runtimes, GPU, and every backend "
-        "and precision served through the daemon (docs/tensorrt.md)",
-        description="edged device check: what can this device run, how fast, and does it "
+        "device-check", help="what this device can run, and how fast",
+        description="What can this device run, how fast, and does it "
                     "run correctly? A missing runtime, GPU or model is a SKIP; exit 1 only "
                     "on a FAIL (docs/tensorrt.md, 'Check a device').")
     p.add_argument("--json", action="store_true", help="print one JSON document instead")
@@ -57,8 +56,8 @@ def add_device_check(subparsers: Any) -> None:
 
 def add_isa_check(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "isa-check", help="edged check --verify and the model tests under an emulated "
-        "AVX2-only x86-64 CPU (qemu; docs/operations.md)",
+        "isa-check", help="check --verify and the model tests on an emulated older "
+        "x86-64 CPU",
         description="Does edged hold on an x86-64 CPU without AVX-512? Checked here, under "
                     "qemu-x86_64 emulation, and natively for comparison; exit 1 on a FAIL, "
                     "2 when it cannot run (docs/operations.md).")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -26,7 +25,7 @@ from typing import Any
 from edged.backends.base import TensorSpec
 from edged.config.file import load_config
 from edged.config.models import ModelConfig
-from edged.errors import ConfigError, EdgedError
+from edged.errors import EdgedError
 from edged.metrics import Metrics
 from edged.model.heads import Head, open_head
 from edged.model.open import Loaded, check_candidate, open_batch_member, open_with_head
@@ -174,14 +173,9 @@ def format_result(r: VariantResult) -> str:
 
 
 def cmd_check_verify(args: argparse.Namespace) -> int:
-    """``edged check --verify [--json] CONFIG``: 0 when every variant would go live."""
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        print(f"{args.config}: {len(e.problems)} problem(s):", file=sys.stderr)
-        for p in e.problems:
-            print(f"  - {p}", file=sys.stderr)
-        return 2
+    """``edged check --verify [--json] CONFIG``: 0 when every variant would go live; an
+    invalid config raises its ``ConfigError`` (the command prints it, with its code)."""
+    cfg = load_config(args.config)
     cpu = simd_features()
     results = [r for m in cfg.models for r in verify_model(m)]
     failed = [r for r in results if not r.ok]

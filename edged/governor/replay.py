@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from edged.config.governor import GovernorConfig, auto_levels
-from edged.errors import ConfigError
 from edged.governor.policy import Governor
 from edged.governor.trace import Trace, TraceError, load_trace
 
@@ -38,7 +37,8 @@ draws it, --simulate closes the loop with a simple thermal model of the device.
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``governor replay`` under ``subparsers`` (the ``edged`` command's)."""
-    g = subparsers.add_parser("governor", help="governor tools (replay a recorded trace)")
+    g = subparsers.add_parser("governor", help="replay a recorded temperature trace through the "
+                               "governor")
     gsub = g.add_subparsers(dest="governor_cmd", required=True)
     r = gsub.add_parser("replay", help="run the policy over a recorded trace",
                         description=DESCRIPTION,
@@ -60,11 +60,7 @@ def run(args: argparse.Namespace) -> int:
     """Entry point for ``edged governor replay``; returns the exit status."""
     from edged.governor.__main__ import load
 
-    try:
-        cfg = load(args.config, None)
-    except ConfigError as e:
-        print(f"edged governor replay: {e}", file=sys.stderr)
-        return 2
+    cfg = load(args.config, None)  # a bad config: its ConfigError, said with its code
     try:
         trace = load_trace(args.trace, args.interval)
     except TraceError as e:

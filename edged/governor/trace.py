@@ -65,7 +65,8 @@ def load_trace(path: str | Path, interval_s: float = 1.0) -> Trace:
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise TraceError(f"{p}: cannot read: {e}") from e
+        raise TraceError(f"{p}: cannot read: {e.strerror or e}; give a recorded trace (a CSV "
+                         "or a tegrastats log, docs/governor.md)") from e
     lines = text.splitlines()
     first = next((ln for ln in lines if ln.strip() and not ln.startswith("#")), "")
     if "RAM " in first and ("@" in first or "CPU [" in first):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -50,14 +51,21 @@ def _mtime(p: Path) -> float:
         return 0.0
 
 
-def resolve_runtime_dir(configured: Path | None) -> Path:
+def resolve_runtime_dir(configured: Path | None, made: list[Path] | None = None) -> Path:
     """Config/flag, else $RUNTIME_DIRECTORY (systemd), else $XDG_RUNTIME_DIR/edged, else a
-    private temp dir. Created 0750 so only the owner and the group may connect."""
-    d = configured or environment_runtime_dir() or Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+    private temp dir. Created 0750 so only the owner and the group may connect; a folder
+    this call created is appended to ``made`` (``remove_made`` takes it away at stop)."""
+    d = configured or environment_runtime_dir()
+    if d is None:
+        d = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+        if made is not None:
+            made.append(d)
     try:
         if not d.exists():
             d.mkdir(mode=0o750, parents=True)
             d.chmod(0o750)  # mkdir's mode is masked by the umask
+            if made is not None:
+                made.append(d)
     except OSError as e:
         raise ConfigError([f"runtime directory {d}: cannot create it: {e.strerror or e}"]) from None
     if d.stat().st_mode & 0o022:
@@ -81,3 +89,13 @@ def ipc_path(endpoint: str, runtime_dir: Path) -> str:
 
 def resolve_endpoints(endpoints: tuple[str, ...], runtime_dir: Path) -> list[str]:
     return [ipc_path(e, runtime_dir) if e.startswith("ipc://") else e for e in endpoints]
+
+
+def remove_made(made: list[Path]) -> None:
+    """Remove the runtime folders ``resolve_runtime_dir`` created, once the daemon has
+    closed (and so unlinked) its sockets: a clean stop leaves no empty ``/tmp/edged-*``
+    behind. A folder something else put a file in stays."""
+    for d in reversed(made):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    made.clear()

@@ -26,6 +26,7 @@ import zmq
 import zmq.asyncio
 
 from edged.errors import StartupError
+from edged.host.ports import Where, bind_failed
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +173,11 @@ class Router:
 
 
 def bind_router(ctx: zmq.Context | zmq.asyncio.Context, ep: str, max_msg: int,
-                server_keys: tuple[bytes, bytes] | None = None) -> zmq.Socket:
+                server_keys: tuple[bytes, bytes] | None = None,
+                where: Where | None = None) -> zmq.Socket:
     """A ROUTER bound on ``ep`` (a plain socket, for a ``Router``); ``StartupError``
-    naming it when it cannot be bound."""
+    naming it, and ``where`` (the config key and flag that set it), when it cannot be
+    bound."""
     s = zmq.Context.shadow(ctx.underlying).socket(zmq.ROUTER)
     try:
         s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply is never dropped silently
@@ -191,7 +194,7 @@ def bind_router(ctx: zmq.Context | zmq.asyncio.Context, ep: str, max_msg: int,
         s.bind(ep)
     except zmq.ZMQError as e:
         s.close(linger=0)
-        raise StartupError(f"cannot bind {ep}: {e}") from None
+        raise StartupError(bind_failed(ep, e, where or Where("the endpoint"))) from None
     restrict(ep)
     return s
 

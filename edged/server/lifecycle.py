@@ -16,6 +16,7 @@ import contextlib
 import logging
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from edged import __version__
@@ -24,7 +25,8 @@ from edged.config.models import ModelConfig
 from edged.delivery.store import open_store
 from edged.errors import ConfigError, StartupError
 from edged.host import memory, threadplan
-from edged.host.runtime_dir import resolve_runtime_dir
+from edged.host.ports import Where, bind_failed
+from edged.host.runtime_dir import remove_made, resolve_runtime_dir
 from edged.host.systemd import Notifier
 from edged.metrics import FLUSH_S, Metrics
 from edged.model.preopen import discard_preopened
@@ -69,12 +71,14 @@ class Server:
                                lambda mc: self._load([mc], startup=False), self.deliveries)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
+        #: runtime folders this daemon created, removed at stop
+        self._made: list[Path] = []
 
     async def start(self) -> None:
         st = self.state
         cfg = st.config
         try:
-            st.runtime_dir = resolve_runtime_dir(cfg.server.runtime_dir)
+            st.runtime_dir = resolve_runtime_dir(cfg.server.runtime_dir, self._made)
         except ConfigError as e:
             raise StartupError(str(e)) from None
         memory.limit_arenas()  # before the metrics, ZeroMQ and worker threads start
@@ -127,7 +131,9 @@ class Server:
         try:
             self.state.metrics.serve(m.host or "127.0.0.1", m.port)
         except OSError as e:
-            raise StartupError(f"metrics listen {m.host}:{m.port}: {e.strerror or e}") from None
+            where = Where("[metrics] listen", "--metrics HOST:PORT (or off)",
+                          str(self.state.config.file))
+            raise StartupError(bind_failed(f"{m.host}:{m.port}", e, where)) from None
 
     async def _flush_metrics(self) -> None:
         """Apply the request path's pending metric updates at least every ``FLUSH_S``
@@ -148,7 +154,9 @@ class Server:
         memory.trim()  # what loading and warm-up freed goes back to the system
         for m in failed:
             if startup and m.cfg.required:
-                raise StartupError(f"required model {m.name!r} failed to load: {m.error}")
+                raise StartupError(f"required model {m.name!r} failed to load: {m.error} "
+                                   "(fix its file, or set required = false to serve without "
+                                   "it; `edged check` loads every model file)")
         return [m.name for m in failed]
 
     async def serve(self) -> None:
@@ -164,19 +172,21 @@ class Server:
             if self.state.store is not None:
                 await asyncio.to_thread(self.state.store.configure, srv.max_store_bytes,
                                         srv.max_store_versions)
-            before = self._bound()
+            before = self._listening()
             problems = [p for room in self.state.rooms for p in await room.apply(self.state.config)]
-            after = self._bound()
-            res = {**res, "listeners_opened": sorted(after - before),
-                   "listeners_closed": sorted(before - after)}
             if problems:
                 res = {**res, "listener_errors": problems}
+            after = self._listening()
+            # a reload that only opens or closes a listener still changed something
+            opened, closed = sorted(after - before), sorted(before - after)
+            if opened or closed:
+                res = self.state.last_reload = {**res, "listeners": {"opened": opened,
+                                                                     "closed": closed}}
             self.state.notifier.ready(self.health.status_line())
         return res
 
-    def _bound(self) -> set[str]:
-        """Every listener of every room as ``protocol address``: what a reload opened or
-        closed is the difference, said in its reply."""
+    def _listening(self) -> set[str]:
+        """Every listener of every room as ``protocol address``."""
         return {f"{li.protocol} {li.address}" for r in self.state.rooms for li in r.listeners()}
 
     async def drain(self) -> None:
@@ -207,6 +217,7 @@ class Server:
         self.control.close()
         st.zmq.term()
         st.metrics.close()
+        remove_made(self._made)
         log.info("stopped answered=%d", st.answered)
 
     async def run(self) -> int:

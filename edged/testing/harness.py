@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from edged.errors import StartupError
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -110,6 +112,13 @@ def machine_info(repo: Path = ROOT) -> dict[str, Any]:
             "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 
+class DaemonFailed(StartupError, RuntimeError):
+    """The daemon a harness started exited or never became ready. The first line is its
+    own reason (``edged: cannot start: port 8001 ... is already in use``), so a command
+    that started it (``edged bench soak``) says that line and no traceback; the rest is
+    its log, for a test's failure report."""
+
+
 class Daemon:
     """``edged serve`` as a subprocess on private endpoints; talked to only over sockets."""
 
@@ -140,7 +149,7 @@ class Daemon:
                     break
                 except RuntimeError:
                     # free_port() races other processes for the port: take another one.
-                    if "Address already in use" not in self.log():
+                    if "already in use" not in self.log():
                         raise
                     self._spawn()
             else:
@@ -191,7 +200,9 @@ class Daemon:
         try:
             while time.monotonic() < end:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.log()}")
+                    raise DaemonFailed(f"the daemon it started could not start: "
+                                       f"{self._reason()} (its log: {self.log_path})\n"
+                                       f"{self.log()}")
                 n += 1
                 with contextlib.suppress(zmq.Again):
                     sock.send(json.dumps({"v": 1, "op": "health", "id": n}).encode(),
@@ -208,7 +219,23 @@ class Daemon:
         finally:
             sock.close(0)
             ctx.term()
-        raise RuntimeError(f"daemon not ready after {timeout} s:\n{self.log()}")
+        raise DaemonFailed(f"the daemon it started was not ready after {timeout:g} s (its "
+                           f"log: {self.log_path})\n{self.log()}")
+
+    def _reason(self) -> str:
+        """The daemon's own last ``edged: ...`` line (with the indented lines under it,
+        as ``invalid config:`` lists its problems), else its exit status."""
+        lines = self.log().splitlines()
+        starts = [i for i, ln in enumerate(lines) if ln.startswith("edged: ")]
+        if not starts:
+            return f"it exited {self.proc.returncode}"
+        first = starts[-1]
+        rest = []
+        for ln in lines[first + 1:]:
+            if not ln.startswith("  "):
+                break
+            rest.append(ln.strip())
+        return " ".join([lines[first][len("edged: "):], "; ".join(rest)]).strip()
 
     def client(self, endpoint: str | None = None, timeout_s: float = 10.0) -> Any:
         from edged.client import Client

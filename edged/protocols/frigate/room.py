@@ -29,6 +29,7 @@ from edged.batching.queue import Result
 from edged.config.file import Config
 from edged.config.frigate import FRIGATE_IDS, FrigateConfig
 from edged.errors import EdgedError, StartupError
+from edged.host.ports import Where
 from edged.host.runtime_dir import resolve_endpoints
 from edged.protocols import sockets
 from edged.protocols.admission import Admission, Ticket
@@ -101,7 +102,7 @@ class FrigateRoom:
     async def start(self, config: Config) -> None:
         cfg = config.server
         assert self.state.runtime_dir is not None
-        for f in cfg.frigate:
+        for i, f in enumerate(cfg.frigate):
             ep = resolve_endpoints((f.endpoint,), self.state.runtime_dir)[0]
             if sockets.is_network(ep):
                 # Frigate's zmq detector cannot do CURVE: a network endpoint is plain text.
@@ -114,7 +115,8 @@ class FrigateRoom:
             # A model file travels in one frame: read it (and answer) up to twice the limit.
             cap = max(cfg.limits.hard_cap, 2 * f.max_model_bytes) if f.accept_models \
                 else cfg.limits.hard_cap
-            sock = sockets.bind_router(self.state.zmq, ep, cap)
+            sock = sockets.bind_router(self.state.zmq, ep, cap, None, Where(
+                f"[[server.frigate]] endpoint (table {i})", None, str(config.file)))
             e = _Endpoint(self.state, f, ep, self.manage.endpoint(f, ep))
             e.router = sockets.Router(sock, ep, functools.partial(self.on_message, e))
             self.endpoints.append(e)

@@ -14,6 +14,7 @@ from typing import Any
 from edged.config.file import Config
 from edged.config.kserve import EXTRA_HINT, KServeConfig
 from edged.errors import StartupError
+from edged.host.ports import Where, bind_failed
 from edged.protocols.kserve.core import KServeCore
 from edged.protocols.serving import Listener, Loop, Serving
 
@@ -28,6 +29,7 @@ class KServeRoom:
         self.state = state
         self.core = KServeCore(state)
         self.cfg = KServeConfig()
+        self._file: str | None = None  # the config file, named when a port is taken
         self._servers: dict[str, Any] = {}  # "grpc" | "http" -> KServeGrpcServer | KServeHttpServer
 
     @property
@@ -38,6 +40,7 @@ class KServeRoom:
         """Bind what ``[server.kserve]`` asks; the StartupError names the address or the
         missing extra."""
         cfg = self.cfg = config.server.kserve
+        self._file = str(config.file)
         for kind in ("grpc", "http"):
             address = getattr(cfg, kind)
             if address:
@@ -70,7 +73,8 @@ class KServeRoom:
             await server.start()
         except OSError as e:
             await server.stop(0)
-            raise OSError(f"[server.kserve] {kind} = {address!r}: {e.strerror or e}") from None
+            where = Where(f"[server.kserve] {kind}", None, self._file)
+            raise OSError(bind_failed(address, e, where)) from None
         self._servers[kind] = server
 
     async def apply(self, config: Config) -> list[str]:

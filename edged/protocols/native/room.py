@@ -26,6 +26,7 @@ from edged.batching.queue import Result
 from edged.config.file import Config
 from edged.config.server import ServerConfig
 from edged.errors import EdgedError, ResourceExhausted, StartupError, Unavailable
+from edged.host.ports import Where
 from edged.host.runtime_dir import resolve_endpoints
 from edged.host.thread_names import name_os_thread
 from edged.model.contract import Prepared
@@ -68,9 +69,10 @@ class NativeRoom:
         assert self.state.runtime_dir is not None
         self.endpoints = resolve_endpoints(cfg.endpoints, self.state.runtime_dir)
         keys = self._security(cfg)
+        where = Where("[server] endpoints", "--endpoint ENDPOINT", str(config.file))
         for ep in self.endpoints:
-            r = sockets.Router(sockets.bind_router(self.state.zmq, ep, cfg.limits.hard_cap, keys),
-                               ep, self.handle)
+            r = sockets.Router(sockets.bind_router(self.state.zmq, ep, cfg.limits.hard_cap, keys,
+                                                   where), ep, self.handle)
             self.routers.append(r)
             if not sockets.is_local(ep):
                 self.remote.add(r)
