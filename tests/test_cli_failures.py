@@ -52,7 +52,8 @@ BROKEN: dict[str, tuple[list[str], int]] = {
     **{f"ctl {a}": ([*args, "--control", NONE], exits.UNREACHABLE) for a, args in (
         ("status", []), ("models", []), ("reload", []), ("load", ["digits"]),
         ("unload", ["digits"]), ("level", ["hot"]), ("swap", ["digits", "auto"]),
-        ("pull", ["digits"]), ("promote", ["digits", "v2"]), ("rollback", ["digits"]))},
+        ("pull", ["digits"]), ("promote", ["digits", "v2"]), ("rollback", ["digits"]),
+        ("energy", ["--budget-wh", "5", "--mission", "1h"]))},
 }
 
 
