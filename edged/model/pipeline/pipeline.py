@@ -194,7 +194,8 @@ class Pipeline:
             got = f"{meta.dtype} {list(meta.shape or [])}" if meta.encoding == "raw" \
                 else meta.encoding
             raise InvalidArgument(f"inputs[0]: pipeline {self.name!r} takes an image (JPEG, "
-                                  f"PNG or a raw uint8 HxW or HxWxC frame) to crop; got {got}")
+                                  f"PNG or a raw uint8 HxW or HxWxC frame, C = 1, 3 or 4 "
+                                  f"channels) to crop; got {got}")
         if req.outputs:
             names = [o.name for o in det.outputs]
             unknown = [o for o in req.outputs if o not in names]
