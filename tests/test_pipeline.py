@@ -24,13 +24,13 @@ from support.daemons import Daemon, free_port, metric, metrics
 from support.faults import make_batch_collapsing_model
 from support.paths import ROOT
 from support.pipelines import held_out, labels_param, pipeline_config, states
-from support.signs import sign_clip
 from support.sysfs import make_thermal_zone
 from support.waits import wait_until
 
 from edged.cli.status_text import format_status
 from edged.client import InvalidArgument, build_infer
 from edged.testing.scenes import camera_frame, moving_clip
+from edged.testing.signs import sign_clip
 
 pytest.importorskip("supervision", reason="track reuse needs the 'track' extra")
 tg = pytest.importorskip("tritonclient.grpc", reason="the kserve extra is not installed")

@@ -6,18 +6,19 @@ past the sign takes in the photograph's colours, and a detector that has not see
 backgrounds answers several overlapping boxes of different classes for one digit. The
 digits are the held-out set of the first classifier (``models/digits/validation.npz``,
 28x28, light on black: never used to train the detector or the reader); the photographs are
-scikit-image's (a test dependency). Deterministic; numpy and OpenCV.
+scikit-image's (a test dependency, imported only when a photograph is asked for).
+Deterministic; numpy and OpenCV.
 """
 
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 
 import cv2
 import numpy as np
 
-from support.paths import ROOT
-
+ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "models" / "digits" / "validation.npz"
 
 
