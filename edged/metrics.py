@@ -190,6 +190,10 @@ class Metrics:
         self.streams_tracked = Gauge(
             "edged_streams", "Stream ids the model currently remembers (bounded)", ["model"],
             registry=r)
+        self.pipeline_untracked = Counter(
+            "edged_pipeline_untracked_boxes", "Boxes of a pipeline's tracked frames that no "
+            "track took (track_id -1): read afresh on every frame, so the exception",
+            ["pipeline"], registry=r)
         self.pipeline_boxes = Counter(
             "edged_pipeline_boxes", "Boxes of pipeline answers, by pipeline, stage and the "
             "box's state for the stage (fresh|carried|not_selected|failed|shed)",

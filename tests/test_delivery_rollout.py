@@ -26,6 +26,7 @@ from support.delivery import compiled, faulty_digits, keypair, slow_digits, web_
 from support.digits import X, Y, tensor
 from support.paths import MODELS
 
+from edged.cli.status_text import format_status
 from edged.delivery.bundle import pack
 from edged.delivery.rungs import artifact
 from edged.delivery.sources import open_source
@@ -270,6 +271,10 @@ def test_an_operator_promotes_and_rolls_back_by_hand(tmp_path: Path,
         r = d.ctl({"op": "rollback", "model": "digits"}, timeout=120)
         assert r["status"] == "OK" and r["delivery"]["version"] == "v2", r
         assert answering(d) == "cnn-fp32@v2"
+        # v3 stays the rollback target (the store's fallback: never evicted), and says so
+        status = d.ctl({"op": "status"})
+        assert status["delivery"]["digits"]["rollback_target"]["version"] == "v3", status
+        assert "rollback target: v3" in format_status(status)
         r = d.ctl({"op": "promote", "model": "digits", "version": "v3"}, timeout=120)
         assert r["status"] != "OK" and "rolled back" in r["error"], r
     finally:

@@ -16,7 +16,14 @@ from support.pipelines import EXAMPLE, example_models, pipeline_config
 from edged.config.file import load_config
 from edged.config.pipelines import StageConfig
 from edged.errors import ConfigError
-from edged.model.pipeline.crops import border_contrast, crop_window, cut, read_scores, select
+from edged.model.pipeline.crops import (
+    border_contrast,
+    box_region,
+    crop_window,
+    cut,
+    read_scores,
+    select,
+)
 from edged.model.pipeline.plan import StepPlan
 from edged.model.pipeline.reuse import TrackResults
 
@@ -144,15 +151,37 @@ def test_a_stage_reads_its_classes_above_its_score_at_most_k_best_first() -> Non
     assert select(DETS[:0], StageConfig("s", "m")).tolist() == []
 
 
-def test_crops_are_padded_squared_and_clipped_to_the_frame() -> None:
+def test_crops_are_squared_and_padded_with_the_boxs_own_border_colour() -> None:
     box = np.array([10, 20, 30, 60], np.float32)  # 20 x 40
-    assert crop_window(box, StageConfig("s", "m"), 100, 100) == (10, 20, 30, 60)
-    assert crop_window(box, StageConfig("s", "m", padding=0.25), 100, 100) == (5, 10, 35, 70)
-    assert crop_window(box, StageConfig("s", "m", square=True), 100, 100) == (0, 20, 40, 60)
-    assert crop_window(box, StageConfig("s", "m", square=True), 25, 50) == (0, 20, 25, 50)
+    assert crop_window(box, StageConfig("s", "m")) == (10, 20, 30, 60)
+    assert crop_window(box, StageConfig("s", "m", padding=0.25)) == (5, 10, 35, 70)
+    assert crop_window(box, StageConfig("s", "m", square=True)) == (0, 20, 40, 60)
+    assert box_region(box, 25, 50) == (10, 20, 25, 50)  # the box's pixels, clipped
+    # a grey sign (the box) on a red photograph: the crop holds the sign and its colour,
+    # never the photograph, also where the window runs past the frame
     frame = np.zeros((50, 50, 3), np.uint8)
+    frame[:] = (0, 0, 255)
+    frame[20:60, 10:30] = 200
+    frame[30:50, 18:22] = 20  # a dark stroke inside the box
+    crop = cut(frame, np.array([10, 20, 30, 50], np.float32),
+               StageConfig("s", "m", square=True, padding=0.1))
+    assert crop.shape == (36, 36, 3)
+    assert not (crop == (0, 0, 255)).all(axis=2).any()  # no photograph
+    assert (crop[0, 0] == 200).all() and (crop[-1, -1] == 200).all()
     assert cut(frame, np.array([49.6, 49.6, 49.9, 49.9]), StageConfig("s", "m")).shape == \
         (1, 1, 3)  # at least a pixel
+    # contrast = "border": the sign is the background (0), the stroke the ink (255)
+    g = cut(frame, np.array([10, 20, 30, 50], np.float32),
+            StageConfig("s", "m", square=True, padding=0.1, contrast="border"))
+    assert g.shape == (36, 36) and g.max() == 255 and g[0, 0] == 0 and g[3, 18] == 0
+    # grey frames stay grey, one channel or none
+    grey = frame[:, :, 0].copy()
+    assert cut(grey, box, StageConfig("s", "m", square=True)).shape == (40, 40)
+    assert cut(grey[:, :, None], box, StageConfig("s", "m", square=True)).shape == (40, 40, 1)
+    # a crop over twice the stage input is shrunk first, aspect kept
+    big = cut(np.full((720, 1280, 3), 90, np.uint8), np.array([100, 100, 500, 300.0]),
+              StageConfig("s", "m", square=True), (28, 28))
+    assert big.shape == (56, 56, 3)
 
 
 def test_border_contrast_makes_ink_bright_whatever_its_colour() -> None:

@@ -73,6 +73,35 @@ def test_versions_beyond_k_go_oldest_first_never_the_serving_one_or_its_fallback
     assert len(list((tmp_path / "store" / "versions").iterdir())) == 3
 
 
+def test_an_operators_rollback_keeps_the_version_it_left_as_the_rollback_target(
+        tmp_path: Path) -> None:
+    """After a manual rollback from v2 to v1, v2 is v1's fallback: never evicted by the
+    versions that arrive after it (per model or by the quota), until a newer one is
+    promoted; an automatic rollback leaves no target (issue 41)."""
+    mb = 1 << 20
+    s = VersionStore(tmp_path / "store", max_bytes=4 * mb, per_model=3)
+    blobs = [bytes([i]) * mb for i in range(8)]
+    for i in (1, 2):
+        s.put_file("m", f"v{i}", blobs[i], sha(blobs[i]), ".bin")
+        s.promote("m", sha(blobs[i]))
+    s.demote("m", sha(blobs[2]), "operator: a doubt", never=True, source="x", keep=True)
+    assert s.serving("m").name == "v1" and s.fallback("m").name == "v2"  # type: ignore
+    for i in range(3, 7):  # arrivals beyond K and beyond the quota: v2 stays
+        s.put_file("m", f"v{i}", blobs[i], sha(blobs[i]), ".bin")
+        assert s.get("m", sha(blobs[2])) is not None, i
+        assert s.used_bytes() <= 4 * mb
+    assert [v.name for v in s.versions("m")] == ["v1", "v2", "v6"]
+    reopened = VersionStore(tmp_path / "store", max_bytes=4 * mb, per_model=3)
+    assert reopened.fallback("m").name == "v2"  # type: ignore[union-attr]  # kept across a restart
+    s.promote("m", sha(blobs[6]))  # a newer one serves: v1 is its fallback, v2 may go
+    assert s.fallback("m").name == "v1"  # type: ignore[union-attr]
+    s.put_file("m", "v7", blobs[7], sha(blobs[7]), ".bin")
+    assert s.get("m", sha(blobs[2])) is None
+    # an automatic rollback (the watch window's) leaves the version it left no pointer
+    s.demote("m", sha(blobs[6]), "p99: slower", never=True, source="x")
+    assert s.serving("m").name == "v1" and s.fallback("m") is None  # type: ignore[union-attr]
+
+
 def test_the_quota_evicts_the_oldest_unserved_and_refuses_what_cannot_fit(tmp_path: Path
                                                                          ) -> None:
     mb = 1 << 20

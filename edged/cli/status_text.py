@@ -233,6 +233,10 @@ def _delivery_lines(name: str, e: dict[str, Any]) -> list[str]:
     if e.get("last_rollback"):
         b = e["last_rollback"]
         out.append(f"  last rollback of {b['version']} ({b['by']}): {b['reason']}"[:300])
+    if e.get("rollback_target"):
+        t = e["rollback_target"]
+        out.append(f"  rollback target: {t['version']} ({t['digest'][:12]}), kept in the "
+                   "store until a newer version is promoted")
     hist = e.get("history") or []
     if hist:
         out.append("  history: " + ", ".join(

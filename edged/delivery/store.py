@@ -278,11 +278,16 @@ class VersionStore:
         self._bounds.enforce()
 
     def demote(self, model: str, digest: str, reason: str, never: bool = False,
-               source: str | None = None) -> None:
+               source: str | None = None, keep: bool = False) -> None:
         """``digest`` stops serving (a rollback): its fallback serves again; with ``never``,
-        it is never to be taken again (from ``source``)."""
+        it is never to be taken again (from ``source``); with ``keep``, it is the
+        fallback now (the rollback target, never evicted) until a newer one is promoted.
+
+        Why ``keep`` for an operator's rollback: the operator may have rolled back for a
+        reason outside the version (a test, a doubt) and want it back; without it, the
+        version stays stored with no pointer to it, and the next arrival may evict it."""
         with self._lock:
-            self._index.demote(model, digest, reason, never, source)
+            self._index.demote(model, digest, reason, never, source, keep)
         self._bounds.enforce()
 
     def refresh(self, digest: str) -> None:

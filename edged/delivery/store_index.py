@@ -212,12 +212,14 @@ class StoreIndex:
         return True
 
     def demote(self, model: str, digest: str, reason: str, never: bool,
-               source: str | None) -> None:
+               source: str | None, keep: bool = False) -> None:
         """``digest`` stops serving (its fallback serves) or being a fallback; with
-        ``never``, it is never to be taken again (from ``source``); written in one write."""
+        ``never``, it is never to be taken again (from ``source``); with ``keep`` (an
+        operator's rollback), it becomes the fallback of what serves now, until a newer
+        version is promoted; written in one write."""
         m = self.model(model)
         if m["serving"] == digest:
-            m["serving"], m["fallback"] = m["fallback"], None
+            m["serving"], m["fallback"] = m["fallback"], digest if keep else None
         elif m["fallback"] == digest:
             m["fallback"] = None
         if (m.get("watch") or {}).get("digest") == digest:

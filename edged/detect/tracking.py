@@ -51,10 +51,25 @@ def require_tracker() -> Any:
     return supervision
 
 
+#: supervision's ByteTrack starts a track only from a box scoring this much above its
+#: ``track_activation_threshold`` (its ``det_thresh``)
+_START_MARGIN = 0.1
+
+
 class Trackers:
-    def __init__(self, max_streams: int = 4096, idle_s: float = 60.0) -> None:
+    def __init__(self, max_streams: int = 4096, idle_s: float = 60.0,
+                 min_score: float = 0.25) -> None:
+        """``min_score``: the lowest score of a box the detector returns (its ``conf``).
+
+        Why it matters: ByteTrack's defaults start a track only from a box scoring over
+        0.35 and match boxes scoring 0.1-0.25 only to tracks that exist. A box the detector
+        returns at 0.3 then never gets a track, and a pipeline reads it afresh on every
+        frame. With the threshold set from the detector's ``conf``, every box it returns
+        may start a track or continue one; a box left without one (``track_id`` -1) is
+        the exception (counted by a pipeline: ``edged_pipeline_untracked_boxes_total``)."""
         self.max_streams = max_streams
         self.idle_s = idle_s
+        self.activation = max(0.0, min_score - _START_MARGIN)
         self._by_stream: OrderedDict[str, tuple[Any, float]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -88,6 +103,7 @@ class Trackers:
             if first[1] >= limit and len(entries) < self.max_streams:
                 break
             entries.popitem(last=False)
-        tracker = hit[0] if hit is not None else sv.ByteTrack(minimum_consecutive_frames=1)
+        tracker = hit[0] if hit is not None else sv.ByteTrack(
+            track_activation_threshold=self.activation, minimum_consecutive_frames=1)
         entries[stream] = (tracker, now)
         return tracker

@@ -23,7 +23,7 @@ from edged.config.server import Limits
 from edged.errors import ArtifactError, InvalidArgument
 from edged.model.heads import RequestFit
 from edged.model.request import InputMeta, Request
-from edged.preprocess.preprocessor import Preprocessor, decode_image
+from edged.preprocess.preprocessor import Preprocessor, check_frame, decode_image
 
 
 @dataclass(eq=False)
@@ -111,6 +111,7 @@ class InputContract:
             raise InvalidArgument(f"model {self.model!r} is not a one-input image model "
                                   "(one input, fed by its [models.preprocess])")
         assert self.pre is not None
+        check_frame(frame)
         feeds = {self.image_input: fit.frame(self.pre, frame, color)}
         return Prepared(feeds, 1, batch_key(feeds), fit.finish(1, stream), stream=stream)
 
@@ -138,6 +139,7 @@ class InputContract:
                                       f"{spec.dtype} {list(spec.shape)}")
             assert self.pre is not None
             frame = decode_image(meta.data, self.limits.max_image_pixels, meta.encoding)
+            check_frame(frame)
             return fit.frame(self.pre, frame, "bgr")
         arr = meta.data
         assert meta.dtype is not None and meta.shape is not None
@@ -150,9 +152,11 @@ class InputContract:
             if meta.shape[0] * meta.shape[1] > self.limits.max_image_pixels:
                 raise InvalidArgument(f"inputs[{i}]: frame of {meta.shape[1]}x{meta.shape[0]} "
                                       f"exceeds {self.limits.max_image_pixels} pixels")
+            check_frame(arr)
             return fit.frame(self.pre, arr, None)
         want = f"{spec.dtype} {['N' if d == -1 else d for d in spec.shape]}"
-        hint = " or a uint8 HxWxC image frame / JPEG / PNG" if self.pre else ""
+        hint = (" or a uint8 HxW or HxWxC image frame (C = 1, 3 or 4 channels) / JPEG / PNG"
+                if self.pre else "")
         raise InvalidArgument(f"inputs[{i}] ({spec.name!r}): got {meta.dtype} "
                               f"{list(meta.shape)}; model {self.model!r} expects {want}{hint}")
 

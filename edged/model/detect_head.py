@@ -145,7 +145,7 @@ class DetectionHead:
         #: a detector with several rungs keeps each queued frame, to re-fit it if a swap
         #: changes the input size (bounded by max_queue)
         self.keep_frames = len(cfg.variants) > 1
-        self._trackers = Trackers(cfg.max_streams, cfg.stream_idle_s)
+        self._trackers = Trackers(cfg.max_streams, cfg.stream_idle_s, cfg.postprocess.conf)
         #: the input the frames feed; the same name on every rung (the model's contract)
         self._image_input: str | None = None
         self._m_post = metrics.postprocess_duration.labels(cfg.name)

@@ -55,6 +55,31 @@ def decode_image(data: bytes | memoryview, max_pixels: int,
     return img
 
 
+#: the channel counts a frame may have: grey, colour (BGR/RGB), colour with alpha
+FRAME_CHANNELS = (1, 3, 4)
+
+
+def check_frame(img: np.ndarray) -> None:
+    """Refuse, as the client's error, a frame preprocessing cannot take: not uint8, not
+    HxW or HxWxC, a channel count other than 1, 3 or 4, or no pixels.
+
+    Why one check, run before any OpenCV call: OpenCV takes some malformed frames and
+    fails deep inside (a 5-channel frame in the letterbox's ``copyMakeBorder``), which
+    would answer INTERNAL for what is the client's mistake. Every road to a model's
+    tensor (a native or KServe raw frame, a Frigate frame, a pipeline's frame) passes
+    through ``InputContract``, which calls this first."""
+    shape = list(img.shape)
+    if img.dtype != np.uint8 or img.ndim not in (2, 3) or (
+            img.ndim == 3 and img.shape[2] not in FRAME_CHANNELS):
+        raise InvalidArgument(
+            f"an image frame must be uint8 HxW (1 channel) or HxWxC with C = 1, 3 or 4 "
+            f"channels (grey, colour, colour with alpha); got {img.dtype} {shape}"
+            + (f": {img.shape[2]} channels" if img.ndim == 3 else ""))
+    if img.shape[0] == 0 or img.shape[1] == 0:
+        raise InvalidArgument(f"empty image frame {shape}: an image frame must have at least "
+                              f"one pixel, HxW or HxWxC with C = 1, 3 or 4 channels")
+
+
 def _check_structure(b: bytes) -> None:
     """Refuse PNG chunks and JPEG segments whose length runs past the end of the data."""
     n = len(b)
@@ -144,16 +169,7 @@ class Preprocessor:
 
         ``size`` (width, height) overrides the configured size: a detector's rungs may
         take different input resolutions."""
-        if img.dtype != np.uint8 or img.ndim not in (2, 3):
-            raise InvalidArgument(
-                f"an image frame must be uint8 HxW or HxWxC; got {img.dtype} {list(img.shape)}"
-            )
-        if img.ndim == 3 and img.shape[2] not in (1, 3, 4):
-            raise InvalidArgument(
-                f"an image frame must have 1, 3 or 4 channels; got shape {list(img.shape)}"
-            )
-        if img.shape[0] == 0 or img.shape[1] == 0:
-            raise InvalidArgument(f"empty image frame {list(img.shape)}")
+        check_frame(img)
         src = source_color or self.cfg.raw_color
         cfg = self.cfg
         w, h = size or (cfg.width, cfg.height)

@@ -142,6 +142,76 @@ def pipeline(out_dir: Path) -> Path:
     return path
 
 
+def crops(out_dir: Path) -> Path:
+    """How a pipeline stage cuts a crop (docs/pipelines.md, "How a crop is cut"): a held-out
+    digit on a light sign over a dark photograph and its box; the window the stage's
+    ``square`` and ``padding`` make; the old rule's crop (that window read from the frame:
+    the photograph in it) and its ``contrast = "border"``; the rule now (the box's own
+    pixels, widened with the box's border colour) and its contrast; under each contrast,
+    what ``digits-crops`` reads. The first digit (labels 0-9, in turn) the old rule reads
+    wrong: the picture shows the failure the rule removed."""
+    import dataclasses
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from edged.config.file import load_config
+    from edged.model.pipeline.crops import border_contrast, box_region, crop_window, cut
+    from edged.preprocess.preprocessor import Preprocessor
+    from edged.testing.signs import held_out_digit, on_photo, photo, sign
+
+    cfg = load_config(ROOT / "examples" / "pipelines" / "digits-reader.toml")
+    (stage,) = cfg.pipelines[0].stages
+    model = cfg.model(stage.model)
+    assert model is not None and model.preprocess is not None
+    pre = Preprocessor(model.preprocess)
+    sess = ort.InferenceSession(str(ROOT / "models" / "digits-crops" / "cnn-fp32.onnx"),
+                                providers=["CPUExecutionProvider"])
+
+    def reads(crop: np.ndarray) -> int:
+        return int(sess.run(None, {"input": pre.from_frame(crop, "bgr")})[0].argmax())
+
+    bg = photo("hubble_deep_field", 640, 360)
+    for label in range(10):
+        board = sign(held_out_digit(label), 110)
+        frame = on_photo(bg, board, 260, 120)
+        m = round(0.12 * 110)
+        box = np.array([260 + m, 120 + m, 260 + board.shape[1] - m, 120 + board.shape[0] - m],
+                       np.float32)
+        a, b, c, d = crop_window(box, stage)
+        old = frame[max(b, 0):d, max(a, 0):c]
+        old_g = border_contrast(old)
+        new = cut(frame, box, dataclasses.replace(stage, contrast="none"))
+        new_g = cut(frame, box, stage, (28, 28))
+        if reads(old_g) != label and reads(new_g) == label:
+            break
+    side = 150
+    x1, y1, x2, y2 = box_region(box, frame.shape[1], frame.shape[0])
+    pad = (c - a) // 2
+    view = frame[max(b - pad, 0):d + pad, max(a - pad, 0):c + pad].copy()
+    ox, oy = max(a - pad, 0), max(b - pad, 0)
+    cv2.rectangle(view, (x1 - ox, y1 - oy), (x2 - ox - 1, y2 - oy - 1), (60, 200, 60), 1)
+    cv2.rectangle(view, (a - ox, b - oy), (c - ox - 1, d - oy - 1), (40, 160, 255), 1)
+
+    def panel(img: np.ndarray, caption: str) -> np.ndarray:
+        img = img if img.ndim == 3 else cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+        big = cv2.resize(img, (side, side), interpolation=cv2.INTER_NEAREST)
+        bar = np.full((24, side, 3), 255, np.uint8)
+        cv2.putText(bar, caption, (4, 17), cv2.FONT_HERSHEY_SIMPLEX, 0.42, (0, 0, 0), 1,
+                    cv2.LINE_AA)
+        return np.vstack([big, bar])
+
+    panels = [panel(view, "box (green), window"),
+              panel(old, "old: window of frame"),
+              panel(old_g, f"old contrast: reads {reads(old_g)}"),
+              panel(new, "now: box + its colour"),
+              panel(new_g, f"now contrast: reads {reads(new_g)}")]
+    gap = np.full((panels[0].shape[0], 8, 3), 255, np.uint8)
+    row = [x for p in panels for x in (p, gap)][:-1]
+    path = out_dir / "pipeline-crops.png"
+    cv2.imwrite(str(path), np.hstack(row))
+    return path
+
+
 def draw_label(img: np.ndarray, box: tuple[float, ...], text: str,
                color: tuple[int, int, int]) -> None:
     """A thin box with a filled tab above it (inside the image at the top edge)."""
@@ -159,6 +229,7 @@ def draw_label(img: np.ndarray, box: tuple[float, ...], text: str,
 SECTIONS: dict[str, Callable[[Path], Path]] = {
     "person": person,
     "pipeline": pipeline,
+    "crops": crops,
 }
 
 

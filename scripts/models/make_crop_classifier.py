@@ -544,8 +544,10 @@ scenes held-out digits only, and neither `val.npz` nor its scenes are used for t
   goes through the pipeline's shrink step (`cut`'s `fit`, `INTER_AREA` to twice the
   model's size) before the model's resize.
 - **The crop itself** is edged's: `edged.model.pipeline.crops.cut` with the stage options
-  above, then `edged.preprocess.Preprocessor` with the model's `[models.preprocess]`,
-  from the BGR frame a client would send: training and serving crops are the same pixels.
+  above (the box's own pixels, squared and padded with the box's border colour, never with
+  what lies around the box: docs/pipelines.md, "How a crop is cut"), then
+  `edged.preprocess.Preprocessor` with the model's `[models.preprocess]`, from the BGR frame
+  a client would send: training and serving crops are the same pixels.
 
 {r.n_train} training crops ({N_TRAIN_SCENES} scenes). Held out: {r.n_test} crops of
 {N_TEST_SCENES} scenes of held-out digits (another seed than `val.npz`'s scenes), jittered the

@@ -1,10 +1,11 @@
 """Which boxes a stage crops, and the crops themselves (numpy and OpenCV, no serving code).
 
 Why apart from the pipeline: selecting boxes (classes, minimum score, the best K) and
-cutting them out of the client's frame (padding, a square around the centre, the
-``contrast`` option) is pure work on arrays, the same in the daemon, the accuracy script
-and the tests. What the stage model needs next (colour, size, scale, layout) is its own
-``[models.preprocess]``, applied by the model; nothing here resizes.
+cutting them out of the client's frame (the box's own pixels, widened to a square and
+padded with the box's border colour, the ``contrast`` option) is pure work on arrays, the
+same in the daemon, the accuracy script and the tests. What the stage model needs next
+(colour, size, scale, layout) is its own ``[models.preprocess]``, applied by the model;
+here a crop is only shrunk when it is over twice that size.
 """
 
 from __future__ import annotations
@@ -28,10 +29,21 @@ def select(dets: np.ndarray, stage: StageConfig) -> np.ndarray:
     return rows
 
 
-def crop_window(box: np.ndarray, stage: StageConfig, width: int,
-                height: int) -> tuple[int, int, int, int]:
-    """The integer window (x1, y1, x2, y2) cut for ``box``: padded, squared if asked,
-    clipped to the frame and at least one pixel each way."""
+def box_region(box: np.ndarray, width: int, height: int) -> tuple[int, int, int, int]:
+    """The box's own pixels (x1, y1, x2, y2): its corners rounded outwards, clipped to the
+    frame, at least one pixel each way."""
+    x1, y1, x2, y2 = (float(v) for v in box[:4])
+    a = min(max(int(np.floor(x1)), 0), width - 1)
+    b = min(max(int(np.floor(y1)), 0), height - 1)
+    c = max(min(int(np.ceil(x2)), width), a + 1)
+    d = max(min(int(np.ceil(y2)), height), b + 1)
+    return a, b, c, d
+
+
+def crop_window(box: np.ndarray, stage: StageConfig) -> tuple[int, int, int, int]:
+    """The integer window (x1, y1, x2, y2) a crop of ``box`` covers: squared around the
+    box's centre if asked, then padded by ``padding`` of its width and height each side.
+    Not clipped: what lies beyond the box (or the frame) is filled, never read."""
     x1, y1, x2, y2 = (float(v) for v in box[:4])
     w, h = x2 - x1, y2 - y1
     cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
@@ -39,37 +51,63 @@ def crop_window(box: np.ndarray, stage: StageConfig, width: int,
         w = h = max(w, h)
     w *= 1 + 2 * stage.padding
     h *= 1 + 2 * stage.padding
-    a = min(max(int(np.floor(cx - w / 2)), 0), width - 1)
-    b = min(max(int(np.floor(cy - h / 2)), 0), height - 1)
-    c = max(min(int(np.ceil(cx + w / 2)), width), a + 1)
-    d = max(min(int(np.ceil(cy + h / 2)), height), b + 1)
-    return a, b, c, d
+    return (int(np.floor(cx - w / 2)), int(np.floor(cy - h / 2)),
+            int(np.ceil(cx + w / 2)), int(np.ceil(cy + h / 2)))
 
 
 def cut(frame: np.ndarray, box: np.ndarray, stage: StageConfig,
         fit: tuple[int, int] | None = None) -> np.ndarray:
     """The crop of ``box`` from ``frame`` (uint8 HxW or HxWxC), as the stage asks.
 
-    ``fit``: the stage model's input (width, height). A crop more than twice that size
-    each way is first shrunk (area interpolation, aspect kept) to twice it: the model's
-    own resize then starts from an image without aliasing, and ``contrast`` works on a
-    few thousand pixels instead of a camera crop's tens of thousands."""
+    Only the box's own pixels are read. Squaring and padding widen the crop with the
+    box's **border colour** (the median of the box's edge pixels), never with what lies
+    around the box in the frame: a digit on a small sign over a photograph must not
+    become a digit on a photograph (issue 41: with the photograph in the crop, ``contrast
+    = "border"`` took the photograph's colour for the background and the sign's own area
+    read as ink). ``fit``: the stage model's input (width, height); a crop more than twice
+    that size each way is shrunk first (area interpolation, aspect kept) to twice it, so
+    the model's own resize starts from an image without aliasing and ``contrast`` works on
+    a few thousand pixels instead of a camera crop's tens of thousands. The rules and a
+    picture: docs/pipelines.md, "How a crop is cut"."""
     h, w = frame.shape[:2]
-    a, b, c, d = crop_window(box, stage, w, h)
-    crop = frame[b:d, a:c]
+    a, b, c, d = box_region(box, w, h)
+    region = frame[b:d, a:c]
+    colour = edge_colour(region)
+    wa, wb, wc, wd = crop_window(box, stage)
+    pads = np.array([max(0, b - wb), max(0, wd - d), max(0, a - wa), max(0, wc - c)],
+                    np.float64)  # top, bottom, left, right
     if fit is not None:
-        scale = max(2 * fit[0] / crop.shape[1], 2 * fit[1] / crop.shape[0])
+        win_w, win_h = (c - a) + pads[2] + pads[3], (d - b) + pads[0] + pads[1]
+        scale = max(2 * fit[0] / win_w, 2 * fit[1] / win_h)
         if scale < 1:
-            size = (max(1, round(crop.shape[1] * scale)), max(1, round(crop.shape[0] * scale)))
-            crop = cv2.resize(crop, size, interpolation=cv2.INTER_AREA)
+            size = (max(1, round((c - a) * scale)), max(1, round((d - b) * scale)))
+            region = cv2.resize(region, size, interpolation=cv2.INTER_AREA)
+            pads *= scale
+    top, bottom, left, right = (round(float(p)) for p in pads)
+    crop = region
+    if top or bottom or left or right:
+        value = [float(v) for v in np.rint(colour)] + [0.0] * (4 - colour.size)
+        crop = cv2.copyMakeBorder(np.ascontiguousarray(region), top, bottom, left, right,
+                                  cv2.BORDER_CONSTANT, value=value)
+        if crop.ndim < region.ndim:  # OpenCV drops a single channel's axis
+            crop = crop[:, :, None]
     if stage.contrast == "border":
-        return border_contrast(crop)
+        return border_contrast(crop, colour)
     return np.ascontiguousarray(crop)
 
 
-def border_contrast(crop: np.ndarray) -> np.ndarray:
-    """One grey uint8 channel: each pixel's colour distance from the crop's border colour
-    (the median of its edge pixels), scaled so the farthest is 255.
+def edge_colour(image: np.ndarray) -> np.ndarray:
+    """The median colour (one value per channel) of ``image``'s edge pixels: its first and
+    last rows and columns."""
+    f = image if image.ndim == 3 else image[:, :, None]
+    edge = np.concatenate([f[0], f[-1], f[:, 0], f[:, -1]])
+    return np.median(edge.astype(np.float32), axis=0)
+
+
+def border_contrast(crop: np.ndarray, colour: np.ndarray | None = None) -> np.ndarray:
+    """One grey uint8 channel: each pixel's colour distance from the border colour
+    (``colour``: the box's own, from ``cut``; else the median of the crop's edge pixels),
+    scaled so the farthest is 255.
 
     Why: a glyph reader trained on light strokes on black (the shipped digits classifier)
     reads a dark digit on a light wall, or a red one on green, the same way once the
@@ -78,8 +116,7 @@ def border_contrast(crop: np.ndarray) -> np.ndarray:
     f = crop.astype(np.float32)
     if f.ndim == 2:
         f = f[:, :, None]
-    edge = np.concatenate([f[0], f[-1], f[:, 0], f[:, -1]])
-    bg = np.median(edge, axis=0)
+    bg = edge_colour(crop) if colour is None else np.asarray(colour, np.float32)
     dist = np.sqrt(((f - bg) ** 2).sum(axis=2))
     top = float(dist.max())
     if top <= 0:

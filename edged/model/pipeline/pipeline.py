@@ -74,6 +74,7 @@ class Pipeline:
         self.reuse = any(s.reinfer_interval > 0 for s in cfg.stages)
         self._m_boxes = {(s.name, st): metrics.pipeline_boxes.labels(cfg.name, s.name, st)
                          for s in cfg.stages for st in STATES}
+        self._m_untracked = metrics.pipeline_untracked.labels(cfg.name)
 
     # -- what the rooms, the registry and the governor read ------------------------------
 
@@ -194,7 +195,8 @@ class Pipeline:
             got = f"{meta.dtype} {list(meta.shape or [])}" if meta.encoding == "raw" \
                 else meta.encoding
             raise InvalidArgument(f"inputs[0]: pipeline {self.name!r} takes an image (JPEG, "
-                                  f"PNG or a raw uint8 HxW or HxWxC frame) to crop; got {got}")
+                                  f"PNG or a raw uint8 HxW or HxWxC frame, C = 1, 3 or 4 "
+                                  f"channels) to crop; got {got}")
         if req.outputs:
             names = [o.name for o in det.outputs]
             unknown = [o for o in req.outputs if o not in names]
@@ -250,6 +252,11 @@ class Pipeline:
     def answered(self, stage: str, states: np.ndarray) -> None:
         for k, n in zip(*np.unique(states, return_counts=True), strict=True):
             self._m_boxes[(stage, STATES[int(k)])].inc(int(n))
+
+    def untracked(self, boxes: int) -> None:
+        """``boxes`` of a tracked frame no track took (each read afresh)."""
+        if boxes:
+            self._m_untracked.inc(boxes)
 
     # -- status -----------------------------------------------------------------------------
 

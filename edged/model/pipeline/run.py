@@ -74,6 +74,8 @@ class RunOwner(Protocol):
 
     def answered(self, stage: str, states: np.ndarray) -> None: ...
 
+    def untracked(self, boxes: int) -> None: ...
+
 
 def stage_labels(s: StageConfig) -> dict[str, Any]:
     """A stage's entry in a reply header before its run's details: its model and labels."""
@@ -116,6 +118,7 @@ class FrameRun:
         if tracked and pipe.reuse:
             self.stream = self.prepared.stream
             self.frame_no = pipe.results.next_frame(self.stream, pipe.intervals)
+            pipe.untracked(int((dets[:, 6] < 0).sum()))
         self.pending = 1  # this method's own: no stage may finish the run before all start
         for j, stage in enumerate(stages):
             try:

@@ -7,6 +7,8 @@ same way; here they share it without importing each other.
 
 from __future__ import annotations
 
+from typing import Any
+
 from edged.delivery.bundle import MANIFEST, Manifest, read_manifest
 from edged.delivery.store import Version
 from edged.server.state import ServerState
@@ -22,3 +24,11 @@ def served(state: ServerState, name: str, v: Version, manifest: Manifest, how: s
     mc = state.config.model(name)
     state.board.served(name, manifest.version, v.digest,
                        mc.source.url if mc and mc.source else v.meta.get("source"), how)
+    state.board.entry(name, rollback_target=rollback_target(state, name))
+
+
+def rollback_target(state: ServerState, name: str) -> dict[str, Any] | None:
+    """The stored version ``edged ctl rollback`` would serve (the store's fallback, never
+    evicted), for ``edged status``; None when there is none."""
+    fb = state.store.fallback(name) if state.store is not None else None
+    return {"version": fb.name, "digest": fb.digest} if fb is not None else None

@@ -34,7 +34,7 @@ from edged.delivery.store import Version
 from edged.delivery.watch import Readings, read, window
 from edged.errors import Unavailable
 from edged.model.model import Model
-from edged.server.delivery.stored import served, stored_manifest
+from edged.server.delivery.stored import rollback_target, served, stored_manifest
 from edged.server.delivery.watches import Watches
 from edged.server.state import ServerState
 
@@ -115,8 +115,9 @@ class Switch:
         for m in st.registry.replace({mc.name: model}, []):
             st.spawn(_retire(m, st.config.server.drain_timeout_s))
         self.adopt(model, "delivery: rolled back")
+        # an operator's rollback keeps the version it left as the rollback target
         await asyncio.to_thread(st.store.demote, mc.name, cur.digest, reason, True,
-                                mc.source.url)
+                                mc.source.url, not automatic)
         kind = "automatic" if automatic else "operator"
         log.warning("delivery: model %s rolled back from %s to %s (%s): %s; %s is never "
                     "taken again from %s", mc.name, cur.name, label, kind, reason,
@@ -126,6 +127,7 @@ class Switch:
             served(st, mc.name, fb, stored_manifest(fb), "restored")
         else:
             st.board.unserved(mc.name, "serving its configured variants")
+            st.board.entry(mc.name, rollback_target=rollback_target(st, mc.name))
         return st.board.entries[mc.name]
 
 
