@@ -87,6 +87,7 @@ def section(r: dict[str, object]) -> str:
     truth = r["truth"]
     shipped = {n: score(r[n], truth, STAGE) for n in (PIPELINE, AGNOSTIC)}  # type: ignore[arg-type]
     s = shipped[PIPELINE]
+    with_digits = s.frames - s.empty_frames
     head = ("| what | matched boxes with the right digit % | recall % | boxes that match a "
             "digit % | false boxes per digit-free frame |\n|---|---|---|---|---|")
     main = "\n".join([row(f"**`{PIPELINE}` as shipped** (conf {r['conf']:g})", s),
@@ -101,9 +102,9 @@ def section(r: dict[str, object]) -> str:
     return f"""{BEGIN}
 
 Measured by `scripts/docs/scene_accuracy.py` through the daemon on
-`examples/pipelines/digits-reader.toml`, on `models/scenes-eval`: {s.frames} camera frames
-(640x480 JPEG) cut from photographs that no model of the project was trained on, {s.frames -
-s.empty_frames} of them with {s.digits} held-out digits on signs (64-176 px), {s.empty_frames}
+`examples/pipelines/digits-reader.toml`, on `models/scenes-eval`: {s.frames} camera
+frames (640x480 JPEG) cut from photographs that no model of the project was trained on,
+{with_digits} of them with {s.digits} held-out digits on signs (64-176 px), {s.empty_frames}
 with no digit at all (the set's card: `models/scenes-eval/README.md`). A returned box
 matches a digit at IoU >= 0.5, one box per digit, the best-scored first: a second box on
 the same digit is a false box.
@@ -111,9 +112,9 @@ the same digit is a false box.
 {head}
 {main}
 
-The detector's score threshold (boxes under it are not returned), the pipeline asked at
-{min(SWEEP[0], float(r['conf'])):g} and its boxes counted from each threshold up (the last two
-columns with class-agnostic suppression):
+The detector's score threshold (boxes under it are not returned): the pipeline asked at
+{min(SWEEP[0], float(r['conf'])):g} and its boxes counted from each threshold up (the last
+two columns with class-agnostic suppression):
 
 | threshold | recall % | boxes that match a digit % | false boxes per digit-free frame \
 | agnostic: match % | agnostic: false per digit-free frame |
