@@ -807,8 +807,8 @@ thread (on the shared build machine, load average ~7 on 2 cores, two OpenMP
 threads were 7x slower per step than one). BatchNorm folded at export
 (TorchScript exporter, opset {OPSET}).
 
-**Score threshold: {SCORE_THRESHOLD:g}** (`model.json`, `config.toml`,
-`examples/pipelines/digits-reader.toml`). Picked on `models/scenes-eval` (digit signs on
+**Score threshold: {SCORE_THRESHOLD:g}** (`model.json`, `examples/pipelines/digits-reader.toml`;
+`config.toml` does not serve this model). Picked on `models/scenes-eval` (digit signs on
 photographs never trained on, and photographs with no digit): the highest threshold at which
 the shipped pipeline still finds >= 95 % of the digits, so the fewest false boxes at that
 recall (there: 95.4 % recall, 93 % of returned boxes match a digit, 0.10 false boxes per
@@ -849,7 +849,10 @@ These scenes are the synthetic kind the detector trains on. Since half of each t
 batch went to photographs (same step budget), their mAP fell from 91.8 (the build before) to
 the figure above, and the build's gate from 0.90 to {MIN_MAP:.2f}: the trade for a detector
 that no longer boxes a photograph's edges as digits (4.8 false boxes per digit-free
-photograph of `models/scenes-eval` before, {SCORE_THRESHOLD:g}'s figure in `docs/pipelines.md` now).
+photograph of `models/scenes-eval` before, 0.10 now: `docs/pipelines.md`). The 128 rung lost
+more of its agreement with `det-fp32`: ~85 % of the golden scenes' boxes at the threshold,
+under the daemon's default check (0.90), so the configs that serve it give it its own
+limits (`[models.variants.verify]`, `min_precision` and `min_recall` 0.7).
 
 ## How to rebuild
 
