@@ -4,6 +4,7 @@ points, and the lower-resolution rung served at its own input size."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,12 @@ pytest.importorskip("pycocotools", reason="mAP needs pycocotools (the test extra
 from edged.detect.metrics_map import evaluate_map
 
 DET = ROOT / "models" / "digits-det"
+#: as the shipped example: the 128 rung is a deliberately less accurate one (its card), and
+#: since the detector trains on photographs it agrees with det-fp32 on ~85 % of the boxes of
+#: the golden scenes, under the default 0.90 (loosened for this variant only)
+DET128_VERIFY = "[models.variants.verify]\nmin_precision = 0.7\nmin_recall = 0.7\n"
+#: the model's own threshold (its model.json): golden checks compare boxes above it
+CONF = json.loads((DET / "model.json").read_text())["postprocess"]["conf"]
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +32,13 @@ def det(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("digits-det")
     ladder = [variant(v, DET / f"{v}.onnx", options={})
               for v in ("det-fp32", "det-int8", "det128-fp32")]
+    ladder[2] += DET128_VERIFY
     yolo = model_table(
         "digits-det", ladder, max_batch_size=8,
         preprocess={"color": "rgb", "width": 160, "height": 160, "scale": 1 / 255,
                     "layout": "NCHW", "dtype": "float32"},
         postprocess={"kind": "detect", "decoder": "yolov8", "resize": "letterbox",
-                     "conf": 0.25, "iou": 0.5})
+                     "conf": CONF, "iou": 0.5})
     cfg = config(tmp, models=[yolo], server="drain_timeout_s = 2.0")
     d = Daemon(cfg, tmp)
     yield d
@@ -61,14 +69,15 @@ def daemon_map(d: Daemon, variant: str) -> float:
 
 def test_trained_detector_reaches_its_map_through_the_daemon(det: Daemon) -> None:
     fp32 = daemon_map(det, "det-fp32")
-    assert fp32 >= 0.90, fp32
+    # 0.85, was 0.90: the detector trains on photographs too (its card: 87.7 here)
+    assert fp32 >= 0.85, fp32
     int8 = daemon_map(det, "det-int8")
     assert int8 >= fp32 - 0.02, (fp32, int8)
 
 
 def test_lower_resolution_rung_serves_at_its_own_input_size(det: Daemon) -> None:
     m128 = daemon_map(det, "det128-fp32")
-    assert m128 >= 0.75, m128  # the card: 82.6 (a cheaper, less accurate rung)
+    assert m128 >= 0.75, m128  # the card: 80.8 (a cheaper, less accurate rung)
     images, _ = held_out()
     with det.client() as c:
         r = c.infer("digits-det", images[0])

@@ -26,7 +26,9 @@ MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "digits-det"
 VARIANTS = {"det-fp32": 160, "det-int8": 160, "det128-fp32": 128}  # ladder order
 STRIDES = (8, 16)
 NUM_CLASSES = 10
-MIN_MAP = 0.90
+# 0.85, was 0.90: the detector now trains on photographs for half of each batch and lost
+# ~4 points on these synthetic scenes (models/digits-det/README.md, "Accuracy").
+MIN_MAP = 0.85
 MAX_INT8_DROP = 0.02
 SCENE = 160  # val.npz scenes are 160x160 RGB
 
@@ -172,5 +174,5 @@ def test_sample_scene_is_found_with_its_digits() -> None:
     rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     assert np.array_equal(rgb, images[row])
     (out,) = session("det-fp32").run(None, {"images": preprocess(rgb[None], 160)})
-    (d,) = decode_yolov8(out, 160, conf=0.25, iou=0.5, max_det=100)
+    (d,) = decode_yolov8(out, 160, conf=meta()["postprocess"]["conf"], iou=0.5, max_det=100)
     assert sorted(d[:, 5].astype(int).tolist()) == sorted(classes[row].tolist())

@@ -132,12 +132,14 @@ def test_the_shipped_pipeline_reads_the_held_out_scenes(pd: Daemon) -> None:
                     right += int(d.column("digit_class")[hit[0]] == gt[g, 4])
                     right_det += int(d.classes[hit[0]] == gt[g, 4])
     # docs/pipelines.md: the reader reads 100 % of the found digits right (the detector's
-    # class 91.6 %), mAP 94.8 with its labels against 88.3 with the detector's on the same
-    # boxes (at conf 0.001); at the default conf 0.25 the same holds
-    assert matched >= 170 and right / matched >= 0.95 and right > right_det, \
+    # class 91.0 %), mAP 89.6 with its labels against 81.7 with the detector's on the same
+    # boxes (at conf 0.001); at the default conf 0.3 the same holds. 166 of the 187 digits
+    # found at 0.3 (was >= 170 before the detector trained on photographs: 179 at 0.25)
+    assert matched >= 160 and right / matched >= 0.95 and right > right_det, \
         (right, right_det, matched)
     mine, theirs = evaluate_map(labelled, truth).map50, evaluate_map(detected, truth).map50
-    assert mine >= 0.90 and mine > theirs, (mine, theirs)
+    # 0.85, was 0.90 before the detector trained on photographs (89.0 here at conf 0.3)
+    assert mine >= 0.85 and mine > theirs, (mine, theirs)
 
 
 def test_crops_of_several_frames_and_streams_batch_at_the_stage(pd: Daemon) -> None:

@@ -6,7 +6,11 @@ mAP validation, the governor's ladder) needs a small but *real* detector whose
 accuracy is known, built from data that ships with a common library (no
 downloads, no third-party weights: Ultralytics' weights are AGPL). Scenes are
 composed from scikit-learn's 8x8 digits, placed at random positions and scales on
-textured backgrounds, with exact ground-truth boxes.
+textured backgrounds and, for half of each training batch, on signs laid over training
+photographs (``scene_photos.TRAIN_PHOTOS``; some of those scenes hold no digit at all, the
+hard negatives), with exact ground-truth boxes. The score threshold the configs ship
+(``SCORE_THRESHOLD``) was picked on ``models/scenes-eval``, photographs this script never
+trains on (``make_scene_eval.py``).
 
 The network is a small anchor-free YOLO-style detector (strides 8 and 16) whose
 ONNX output uses the YOLOv8 layout ``[B, 4+C, N]``: ``cx, cy, w, h`` in
@@ -27,9 +31,12 @@ Torch is a build-time tool only; edged never imports it. Run in a throwaway venv
 
     python3 -m venv /tmp/detvenv
     /tmp/detvenv/bin/pip install torch==2.13.0 onnx onnxruntime numpy scikit-learn \
-        opencv-python-headless pycocotools tqdm
-    /tmp/detvenv/bin/python scripts/models/make_detector_model.py
-    /tmp/detvenv/bin/python scripts/models/make_detector_model.py --eval-only   # no torch needed
+        opencv-python-headless pycocotools tqdm scikit-image matplotlib
+    OMP_NUM_THREADS=1 /tmp/detvenv/bin/python scripts/models/make_detector_model.py \
+        --weights /tmp/det-weights.pt   # trains once; a re-run with it only re-exports
+    /tmp/detvenv/bin/python scripts/models/make_detector_model.py --eval-only   # no torch
+
+then ``scripts/models/make_golden.py`` for the golden files (as for every shipped model). needed
 
 Quantization, the YOLOv8 decode, NMS, mAP and timing are edged's own
 (``edged.compile.ort_steps``, ``edged.detect``, ``edged.compile.bench``), imported from
@@ -58,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 
 from builder_support import build_and_publish, export_torch  # noqa: E402
 from builder_support import cost as builder_cost  # noqa: E402
+from scene_photos import TRAIN_PHOTOS, blur, free_spot, lay_sign, photo, photo_crop  # noqa: E402
 
 from edged.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
 from edged.backends.support.isa import cpu_name  # noqa: E402
@@ -90,14 +98,27 @@ VAL_OBJECTS = (2, 5)
 TRAIN_SIZE = 128
 TRAIN_CELL_RANGE = (13, 44)
 TRAIN_OBJECTS = (0, 6)
+# Photographic training scenes (training photographs only, scene_photos.TRAIN_PHOTOS): this
+# share of each batch; of those, this share hold no digit at all (hard negatives), and a
+# digit is on a sign (a plate, as a camera sees one) unless it is laid on bare (this share).
+PHOTO_SHARE = 0.5
+EMPTY_SHARE = 0.3
+BARE_SHARE = 0.25
 N_VAL = 56  # held-out scenes in val.npz (kept under ~2 MB)
 N_CALIB = 256  # training scenes used to calibrate INT8
-MIN_MAP = 0.90
+# 0.85 since the detector trains on photographs too (half of each batch, the same step
+# budget): the synthetic held-out scenes lost ~4 points (91.8 -> 87.7) while false boxes
+# on digit-free photographs fell from 4.8 a frame to 0.1 (models/digits-det/README.md).
+MIN_MAP = 0.85
 MAX_INT8_DROP = 0.02
 # Ladder order (heaviest first) is the order the config lists variants in.
 VARIANTS = {"det-fp32": SIZE, "det-int8": SIZE, "det128-fp32": LOW_SIZE}
 # Evaluation settings (as Ultralytics' val: low conf so the whole PR curve counts).
 EVAL_CONF = 0.001
+#: the score threshold the shipped configs use: picked on models/scenes-eval (photographs
+#: never trained on) as the highest that keeps the pipeline's recall >= 95 %, so the fewest
+#: false boxes at that recall (docs/pipelines.md, "On photographs it was not made from")
+SCORE_THRESHOLD = 0.3
 EVAL_IOU = 0.5
 MAX_DET = 100
 
@@ -198,6 +219,52 @@ def make_scene(
         cells.append((x, y, cell))
         boxes.append(place_digit(img, digits[i], x, y, cell, rng))
         classes.append(int(labels[i]))
+    u8 = np.rint(np.clip(img, 0, 1) * 255).astype(np.uint8)
+    return u8, np.array(boxes, np.float32).reshape(-1, 4), np.array(classes, np.int64)
+
+
+def photo_scene(
+    rng: np.random.Generator, photos: list[np.ndarray], digits: np.ndarray, labels: np.ndarray,
+    size: int = TRAIN_SIZE,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A training scene on a training photograph: digits on signs (or bare), blank signs,
+    or nothing at all; sometimes inside letterbox bars, sometimes blurred.
+
+    Why: the textures of ``background`` never showed the detector a photograph, a plate
+    without a digit or the grey bars a letterboxed camera frame gets, and it boxed such
+    things as digits. Returns what ``make_scene`` does.
+    """
+    img = np.full((size, size, 3), 114 / 255, np.float32)
+    band = int(rng.integers(4, 25)) if rng.random() < 0.3 else 0
+    tall = rng.random() < 0.5  # bars left and right, else above and below
+    ox, oy = (band, 0) if tall else (0, band)
+    view = img[oy:size - oy, ox:size - ox]
+    vh, vw = view.shape[:2]
+    view[:] = photo_crop(rng, photos[int(rng.integers(len(photos)))], vw, vh, (1.0, 3.0))
+    n = 0 if rng.random() < EMPTY_SHARE else int(rng.integers(1, TRAIN_OBJECTS[1] + 1))
+    blanks = int(rng.integers(1, 3)) if rng.random() < 0.4 else 0
+    boxes: list[tuple[float, float, float, float]] = []
+    classes: list[int] = []
+    taken: list[tuple[int, int, int, int]] = []
+    for k in range(n + blanks):
+        cell = int(rng.integers(TRAIN_CELL_RANGE[0], TRAIN_CELL_RANGE[1] + 1))
+        spot = free_spot(rng, taken, vw, vh, cell)
+        if spot is None:
+            continue
+        x, y = spot
+        i = int(rng.integers(0, len(digits)))
+        if k < n and rng.random() < BARE_SHARE:
+            taken.append((x, y, x + cell, y + cell))
+            box: tuple[float, float, float, float] | None = place_digit(view, digits[i], x, y,
+                                                                       cell, rng)
+        else:
+            plate, box = lay_sign(view, digits[i] if k < n else None, x, y, cell, rng)
+            taken.append(plate)
+        if box is not None:
+            boxes.append((box[0] + ox, box[1] + oy, box[2] + ox, box[3] + oy))
+            classes.append(int(labels[i]))
+    if rng.random() < 0.5:
+        img = blur(img, rng.uniform(0.3, 1.2))
     u8 = np.rint(np.clip(img, 0, 1) * 255).astype(np.uint8)
     return u8, np.array(boxes, np.float32).reshape(-1, 4), np.array(classes, np.int64)
 
@@ -407,6 +474,7 @@ def train(steps: int, batch: int, digits: np.ndarray, labels: np.ndarray, seed: 
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
     rng = np.random.default_rng(seed)
+    photos = [photo(name) for name in TRAIN_PHOTOS]
     net = build_net()
     opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.15)
@@ -416,8 +484,11 @@ def train(steps: int, batch: int, digits: np.ndarray, labels: np.ndarray, seed: 
     for step in range(steps):
         imgs, boxes, classes = [], [], []
         for _ in range(batch):
-            im, bx, cl = make_scene(rng, digits, labels, size=TRAIN_SIZE,
-                                    cell_range=TRAIN_CELL_RANGE, objects=TRAIN_OBJECTS)  # fmt: skip
+            if rng.random() < PHOTO_SHARE:
+                im, bx, cl = photo_scene(rng, photos, digits, labels)
+            else:
+                im, bx, cl = make_scene(rng, digits, labels, size=TRAIN_SIZE,
+                                        cell_range=TRAIN_CELL_RANGE, objects=TRAIN_OBJECTS)
             imgs.append(im)
             boxes.append(bx)
             classes.append(cl)
@@ -601,7 +672,7 @@ def model_json(maps: dict[str, float]) -> dict:
             "resize": "letterbox",
             "output_layout": "[B, 4+C, N]: cx, cy, w, h (input pixels), C sigmoid scores",
             "strides": list(STRIDES),
-            "conf": 0.25,
+            "conf": SCORE_THRESHOLD,
             "iou": 0.5,
             "max_det": MAX_DET,
         },
@@ -664,7 +735,8 @@ written by `scripts/models/make_detector_model.py`; edit the script, not the out
   model-input pixels, rows 4-13 the scores of classes `0`..`9` after sigmoid (no
   objectness). `N = (H/8)^2 + (H/16)^2`: 500 at 160, 320 at 128.
 - Decode as YOLOv8: per grid point the best class and its score, score threshold
-  (0.25 for use, 0.001 for mAP), per-class NMS at IoU 0.5, at most 100 boxes.
+  ({SCORE_THRESHOLD:g} for use, picked on `models/scenes-eval`: "Score threshold" below; 0.001
+  for mAP), per-class NMS at IoU 0.5, at most 100 boxes.
 - ONNX metadata: `names` (JSON `{{"0": "0", ...}}`, class id to label), `imgsz`,
   `task=detect`, `output_layout=yolov8`.
 
@@ -687,6 +759,21 @@ scale, a colour gradient, or blurred circles/rectangles, some with pixel noise),
 then {VAL_OBJECTS[0]}-{VAL_OBJECTS[1]} non-overlapping digits, each 8x8 image scaled to a
 {CELL_RANGE[0]}-{CELL_RANGE[1]} px square (`INTER_LINEAR`) and alpha-blended in an ink colour far
 from the local background. The box is the tight extent of the ink (alpha > 0.25).
+
+**Photographs** (training only). Half of every training batch is composed on a random
+view of one of 16 photographs scikit-image ships (`scene_photos.TRAIN_PHOTOS`: astronaut,
+camera, coffee, the motorcycle stereo pair, hubble_deep_field, ihc, retina, brick, grass,
+gravel, moon, page, text, clock_motion, cell), zoomed 1-3x: {EMPTY_SHARE:.0%} of those
+scenes hold no digit at all (hard negatives: the detector had never seen a photograph
+without a digit, and boxed its edges and blobs as digits); the rest hold
+1-{TRAIN_OBJECTS[1]} digits, each on a sign (a plate reaching 8-40 % past the digit, dark
+ink on light or light on dark, sometimes framed) or, {BARE_SHARE:.0%} of them, laid on the
+photograph bare; 40 % of them carry 1-2 blank signs (a plate is not a digit); 30 % sit
+between grey letterbox bars (114, as the daemon pads a camera frame); half are blurred
+(sigma 0.3-1.2 px). The photographs `models/scenes-eval` is cut from (chelsea, rocket,
+coins, china, flower, grace_hopper) are never used here: the two lists are in
+`scripts/models/scene_photos.py`, disjoint. `val.npz` is unchanged by this (textured
+scenes, same seed), so its mAP compares with earlier builds.
 
 `val.npz`: {r.n_val} held-out scenes, {r.n_objects} digits, in the format
 `edged compile --postprocess --val` reads: `images` uint8 `[{r.n_val},160,160,3]` **BGR**
@@ -720,6 +807,15 @@ thread (on the shared build machine, load average ~7 on 2 cores, two OpenMP
 threads were 7x slower per step than one). BatchNorm folded at export
 (TorchScript exporter, opset {OPSET}).
 
+**Score threshold: {SCORE_THRESHOLD:g}** (`model.json`, `examples/pipelines/digits-reader.toml`;
+`config.toml` does not serve this model). Picked on `models/scenes-eval` (digit signs on
+photographs never trained on, and photographs with no digit): the highest threshold at which
+the shipped pipeline still finds >= 95 % of the digits, so the fewest false boxes at that
+recall (there: 95.4 % recall, 93 % of returned boxes match a digit, 0.10 false boxes per
+digit-free photograph; at 0.25, 0.13; at 0.4, 0.03 but 91.5 % recall).
+The figures at each threshold, through the daemon: `docs/pipelines.md`, "On photographs it
+was not made from" (`scripts/docs/scene_accuracy.py`). It is the one choice made with that set.
+
 **INT8** (`det-int8.onnx`): ONNX Runtime static quantization, QDQ, per-channel S8
 weights, U8 activations, MinMax calibration on {N_CALIB} *training* scenes
 (`quant_pre_process(skip_symbolic_shape=True)` first) with
@@ -745,18 +841,28 @@ relative costs of the rungs:
 
 The lower-resolution rung costs {drop128:.1f} points: the smallest
 digits (16 px cells, ink ~10 px wide) shrink to ~8 px, near what the stride-8 grid
-can classify (the same weights exported at 144x144 reached 85.4 in a one-off
-check). So `edged compile`'s 2-point rule would reject it; in the governor's
+can classify. So `edged compile`'s 2-point rule would reject it; in the governor's
 ladder it is a deliberate trade of accuracy for {r.macs[LOW_SIZE] / r.macs[SIZE]:.2f}x the MACs,
 used only when hot. INT8 costs {drop8:.1f} points.
+
+These scenes are the synthetic kind the detector trains on. Since half of each training
+batch went to photographs (same step budget), their mAP fell from 91.8 (the build before) to
+the figure above, and the build's gate from 0.90 to {MIN_MAP:.2f}: the trade for a detector
+that no longer boxes a photograph's edges as digits (4.8 false boxes per digit-free
+photograph of `models/scenes-eval` before, 0.10 now: `docs/pipelines.md`). The 128 rung lost
+more of its agreement with `det-fp32`: ~85 % of the golden scenes' boxes at the threshold,
+under the daemon's default check (0.90), so the configs that serve it give it its own
+limits (`[models.variants.verify]`, `min_precision` and `min_recall` 0.7).
 
 ## How to rebuild
 
     python3 -m venv /tmp/detvenv
     /tmp/detvenv/bin/pip install torch==2.13.0 onnx onnxruntime numpy scikit-learn \\
-        opencv-python-headless pycocotools tqdm
-    /tmp/detvenv/bin/python scripts/models/make_detector_model.py
+        opencv-python-headless pycocotools tqdm scikit-image matplotlib
+    OMP_NUM_THREADS=1 /tmp/detvenv/bin/python scripts/models/make_detector_model.py \
+        --weights /tmp/det-weights.pt
     /tmp/detvenv/bin/python scripts/models/make_detector_model.py --eval-only  # no torch
+    .venv/bin/python scripts/models/make_golden.py   # the golden files beside each variant
 
 Seeded and deterministic as far as torch allows (`use_deterministic_algorithms`).
 Tools: Python {platform.python_version()}, torch {torch.__version__}, onnx
@@ -767,7 +873,7 @@ scikit-learn {sklearn.__version__}, opencv {cv2.__version__}.
 
 `samples/` holds held-out scenes as ordinary colour PNGs (what a client would
 send): {samples}. `scene<i>` is row `i` of `val.npz`. They were
-picked among held-out scenes every variant gets exactly right at conf 0.25 (one
+picked among held-out scenes every variant gets exactly right at conf {SCORE_THRESHOLD:g} (one
 box per digit, right class, IoU >= 0.5), so they are smoke tests of decoding and
 preprocessing, not an accuracy measure (`val.npz` is).
 """
@@ -804,7 +910,7 @@ def read_val(path: Path) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]
 
 
 def scene_right(det: np.ndarray, boxes: np.ndarray, classes: np.ndarray) -> bool:
-    """True if ``det`` (at the usual conf 0.25) is exactly the scene's digits: one
+    """True if ``det`` (at the shipped conf, ``SCORE_THRESHOLD``) is exactly the scene's digits: one
     detection per digit, right class, IoU >= 0.5."""
     if len(det) != len(boxes):
         return False
@@ -899,7 +1005,7 @@ def build(
     right = [True] * N_VAL
     for v, size in VARIANTS.items():
         (y,) = session(out / f"{v}.onnx").run(None, {INPUT_NAME: to_input(val_imgs, size)})
-        for i, d in enumerate(detections(y, size, 0.25)):
+        for i, d in enumerate(detections(y, size, SCORE_THRESHOLD)):
             right[i] = right[i] and scene_right(d, val_boxes[i], val_cls[i])
     samples = write_samples(out, val_imgs, val_boxes, right)
     lat = measure_latencies(out)
