@@ -30,6 +30,7 @@ from edged.model.pipeline.run import FAILED, FRESH, NOT_SELECTED
 from edged.protocols.frigate.stage_class import StageClass
 from edged.protocols.frigate.wire import RESULT_BYTES
 from edged.testing.frigate_plugin import FrigateDetector
+from edged.testing.scene_eval import iou
 from edged.testing.scenes import camera_frame
 
 READER = "digits-reader"
@@ -111,15 +112,6 @@ def tensor(frame_bgr: np.ndarray) -> np.ndarray:
 def boxes(rows: np.ndarray, w: int, h: int) -> np.ndarray:
     """Frigate's normalised ``y1, x1, y2, x2`` -> pixel ``x1, y1, x2, y2``."""
     return np.stack([rows[:, 3] * w, rows[:, 2] * h, rows[:, 5] * w, rows[:, 4] * h], axis=1)
-
-
-def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
-    inter = np.prod(np.clip(rb - lt, 0, None), axis=2)
-    area_a = np.prod(a[:, 2:4] - a[:, :2], axis=1)
-    area_b = np.prod(b[:, 2:4] - b[:, :2], axis=1)
-    return inter / (area_a[:, None] + area_b[None, :] - inter)
 
 
 def matched(frigate: np.ndarray, native: np.ndarray, w: int, h: int) -> list[int]:

@@ -29,6 +29,7 @@ from support.waits import wait_until
 
 from edged.cli.status_text import format_status
 from edged.client import InvalidArgument, build_infer
+from edged.testing.scene_eval import iou
 from edged.testing.scenes import camera_frame, moving_clip
 from edged.testing.signs import sign_clip
 
@@ -85,15 +86,6 @@ def ask_all(d: Daemon, model: str, frames: list[np.ndarray] | np.ndarray,
             assert r.ok, r.header
             out[r.header["id"]] = r
     return out
-
-
-def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
-    inter = np.prod(np.clip(rb - lt, 0, None), axis=2)
-    area_a = np.prod(a[:, 2:4] - a[:, :2], axis=1)
-    area_b = np.prod(b[:, 2:4] - b[:, :2], axis=1)
-    return inter / (area_a[:, None] + area_b[None, :] - inter)
 
 
 # -- the shipped pipeline ---------------------------------------------------------------

@@ -102,27 +102,28 @@ def _install(make: Callable[[], Callable[[Any, str, Any], None] | None]) -> None
     sys.setprofile(make())
 
 
-def _answer(path: str, counts: Counts) -> None:
-    """Serve the counts on a Unix socket from a thread that is not itself counted."""
+def _answer(path: str | Path, line: Callable[[], str]) -> None:
+    """Answer every connection to the Unix socket ``path`` with ``line()``, from a thread
+    of this module's own (never counted nor profiled)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
+    srv.bind(str(path))
     srv.listen(4)
 
     def run() -> None:
         while True:
             conn, _ = srv.accept()
             with conn:
-                conn.sendall(json.dumps(counts.snapshot()).encode() + b"\n")
+                conn.sendall(line().encode() + b"\n")
 
     threading.Thread(target=run, name="edged-callcount", daemon=True).start()
 
 
-def read_counts(path: str | Path) -> dict[str, Any]:
-    """The counts a ``--counts`` daemon has so far (its socket at ``path``)."""
+def _ask(path: str | Path, timeout_s: float) -> bytes:
+    """The one line this module's side socket at ``path`` answers a connection with."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(10)
+        s.settimeout(timeout_s)
         s.connect(str(path))
         data = b""
         while not data.endswith(b"\n"):
@@ -130,7 +131,12 @@ def read_counts(path: str | Path) -> dict[str, Any]:
             if not chunk:
                 break
             data += chunk
-    return json.loads(data)
+    return data
+
+
+def read_counts(path: str | Path) -> dict[str, Any]:
+    """The counts a ``--counts`` daemon has so far (its socket at ``path``)."""
+    return json.loads(_ask(path, 10))
 
 
 def calls_per_request(path: str | Path, request: Callable[[], object], samples: int = 7,
@@ -173,20 +179,7 @@ class Profiles:
                 p.enable()
 
         self.out.mkdir(parents=True, exist_ok=True)
-        path = str(self.out / "snap.sock")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        srv.bind(path)
-        srv.listen(4)
-
-        def serve() -> None:
-            while True:
-                conn, _ = srv.accept()
-                with conn:
-                    conn.sendall(f"{self.snapshot()}\n".encode())
-
-        threading.Thread(target=serve, name="edged-callcount", daemon=True).start()
+        _answer(self.out / "snap.sock", lambda: str(self.snapshot()))
         threading.setprofile(first_event)
         p = cProfile.Profile()
         self._profiles.append(("MainThread", p))
@@ -205,16 +198,7 @@ class Profiles:
 
 def take_snapshot(out: Path) -> Path:
     """Ask a ``--profile out`` daemon for a snapshot; the folder its statistics are in."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(60)
-        s.connect(str(out / "snap.sock"))
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(64)
-            if not chunk:
-                break
-            data += chunk
-    return out / data.decode().strip()
+    return out / _ask(out / "snap.sock", 60).decode().strip()
 
 
 def snapshot_delta(before: Path, after: Path) -> dict[str, dict[tuple[str, int, str], float]]:
@@ -256,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         return edged_main(rest)
     counts = Counts(args.functions)
     if args.counts:
-        _answer(args.counts, counts)
+        _answer(args.counts, lambda: json.dumps(counts.snapshot()))
     _install(counts.hook)
     return edged_main(rest)
 

@@ -85,7 +85,8 @@ class Score:
         return self.empty_boxes / max(self.empty_frames, 1)
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pairwise IoU of boxes ``[N, 4+]`` and ``[M, 4+]`` (x1, y1, x2, y2 first)."""
     lt = np.maximum(a[:, None, :2], b[None, :, :2])
     rb = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
     inter = np.prod(np.clip(rb - lt, 0, None), axis=2)
@@ -105,7 +106,7 @@ def match(boxes: np.ndarray, scores: np.ndarray, truth: np.ndarray) -> list[tupl
     """(box, digit) pairs: best score first, each box and digit used once, IoU >= 0.5."""
     if not len(boxes) or not len(truth):
         return []
-    m = _iou(boxes, truth[:, :4])
+    m = iou(boxes, truth[:, :4])
     free = np.ones(len(truth), bool)
     pairs = []
     for k in np.argsort(-scores, kind="stable"):

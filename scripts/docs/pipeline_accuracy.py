@@ -32,11 +32,10 @@ plain crops (without ``square`` and ``contrast``, a third pipeline).
 
 from __future__ import annotations
 
-import argparse
-import sys
 import tempfile
 from pathlib import Path
 
+import doc_section
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,21 +204,8 @@ classifier's for {pct(r['acc_first'])} % (on plain crops, without `square` and `
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="print the section, write nothing")
-    args = ap.parse_args(argv)
-    text = section(measure())
-    print(text)
-    if args.check:
-        return 0
-    doc = DOC.read_text()
-    if BEGIN not in doc or END not in doc:
-        print(f"{DOC}: no {BEGIN!r} ... {END!r} markers to write between", file=sys.stderr)
-        return 1
-    head, rest = doc.split(BEGIN, 1)
-    DOC.write_text(head + text + rest.split(END, 1)[1])
-    print(f"wrote {DOC}")
-    return 0
+    return doc_section.main(DOC, BEGIN, END, lambda: section(measure()),
+                            __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":

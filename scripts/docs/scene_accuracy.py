@@ -25,11 +25,11 @@ JPEG it is, and scores the replies with ``edged.testing.scene_eval`` (the measur
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 import tempfile
 from pathlib import Path
+
+import doc_section
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "pipelines" / "digits-reader.toml"
@@ -94,7 +94,8 @@ def section(r: dict[str, object]) -> str:
     head = ("| what | matched boxes with the right digit % | recall % | boxes that match a "
             "digit % | false boxes per digit-free frame |\n|---|---|---|---|---|")
     main = "\n".join([row(f"**`{PIPELINE}` as shipped** (conf {r['conf']:g})", s),
-                      row("the same, one suppression per class (`agnostic = false`)", shipped[PER_CLASS])])
+                      row("the same, one suppression per class (`agnostic = false`)",
+                          shipped[PER_CLASS])])
     sweep = []
     for t in SWEEP:
         a = score(r[PIPELINE + "@low"], truth, STAGE, min_score=t)  # type: ignore[arg-type]
@@ -128,21 +129,8 @@ two columns with one suppression per class):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="print the section, write nothing")
-    args = ap.parse_args(argv)
-    text = section(measure())
-    print(text)
-    if args.check:
-        return 0
-    doc = DOC.read_text()
-    if BEGIN not in doc or END not in doc:
-        print(f"{DOC}: no {BEGIN!r} ... {END!r} markers to write between", file=sys.stderr)
-        return 1
-    head, rest = doc.split(BEGIN, 1)
-    DOC.write_text(head + text + rest.split(END, 1)[1])
-    print(f"wrote {DOC}")
-    return 0
+    return doc_section.main(DOC, BEGIN, END, lambda: section(measure()),
+                            __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":
