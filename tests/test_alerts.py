@@ -64,6 +64,7 @@ EDGED_METRICS = HISTOGRAMS | {
     "edged_frigate_transfers_total",
     "edged_frigate_label_fallbacks_total",
     "edged_pipeline_boxes_total",
+    "edged_pipeline_untracked_boxes_total",
     "edged_store_bytes",
     "edged_store_quota_bytes",
     "edged_store_versions",
