@@ -117,11 +117,11 @@ def test_a_reference_without_check_inputs_goes_live_and_the_others_are_checked_a
     assert v["digits/cnn-fp32"]["measures"]["logits.top1"] == 1.0
 
 
-def test_an_invalid_config_is_exit_2_with_its_problems(
+def test_an_invalid_config_is_exit_4_with_its_problems(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[[models]]\nname = 3\n")
-    assert main(["check", "--verify", str(bad)]) == 2
+    assert main(["check", "--verify", str(bad)]) == 4  # the CLI's code for a bad config
     assert "problem(s)" in capsys.readouterr().err
 
 

@@ -132,7 +132,7 @@ def test_serve_refuses_a_bad_pipeline_at_load_naming_the_key(tmp_path: Path) -> 
     cfg = pipeline_config(tmp_path, extra=pipe("p", "digits", "d=nope"))
     r = subprocess.run([sys.executable, "-m", "edged", "serve", "--config", str(cfg)],
                        capture_output=True, text=True, timeout=60, cwd=str(ROOT))
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == 4, r.stderr  # a bad config: the CLI's code 4
     assert "models[4].detector: model 'digits' is not a detection model" in r.stderr
     assert "models[4].stages[0].model: unknown model 'nope'" in r.stderr
 

@@ -348,7 +348,7 @@ def _local_pid(endpoint: str, control: str | None) -> int | None:
     request is then left out, silently: it is a figure beside the others, not a must)."""
     try:
         pid, note = daemon_pid(endpoint, control)
-    except (RuntimeError, OSError):
+    except Exception:  # no control socket, several daemons, another host: leave it out
         return None
     return pid if note is None else None
 
