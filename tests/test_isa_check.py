@@ -122,7 +122,8 @@ def test_an_invalid_config_is_exit_4_with_its_problems(
     bad = tmp_path / "bad.toml"
     bad.write_text("[[models]]\nname = 3\n")
     assert main(["check", "--verify", str(bad)]) == 4  # the CLI's code for a bad config
-    assert "problem(s)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "models[0].name" in err and "fix the file" in err, err
 
 
 # -- edged isa-check --------------------------------------------------------------------
