@@ -49,7 +49,8 @@ class ModelConfig:
     #: after a batch, hold a short queue for this fraction of a batch's compute time (0: off)
     batch_window: float = 0.0
     #: a lone request on an idle model computes on the event loop below this (0: off)
-    inline_max_ms: float = 0.0
+    #: the express lane's bound (docs/architecture.md, "The hot path"): 0 turns it off
+    inline_max_ms: float = 2.0
     preprocess: PreprocessConfig | None = None
     postprocess: PostprocessConfig | None = None  # a detector: answer with boxes
     #: frames per second one stream may send (0: no limit); a request's max_fps may lower it
@@ -156,7 +157,7 @@ def read_model(t: Table) -> ModelConfig | None:
         max_delay_ms=src.get("max_delay_ms", float, 0.0, check=non_negative),
         auto_batch=src.get("auto_batch", bool, False),
         batch_window=src.get("batch_window", float, 0.0, check=_fraction),
-        inline_max_ms=src.get("inline_max_ms", float, 0.0, check=non_negative),
+        inline_max_ms=src.get("inline_max_ms", float, 2.0, check=non_negative),
         preprocess=pre,
         postprocess=post,
         max_stream_fps=t.get("max_stream_fps", float, 0.0, check=non_negative),
