@@ -28,7 +28,7 @@ from prometheus_client import (
 from edged import __version__
 
 #: how often the lifecycle applies the request path's pending metric updates at the latest
-FLUSH_S = 0.5
+FLUSH_S = 1.0
 
 #: an update the request path leaves for later: a series' method and its argument
 Update = tuple[Callable[[Any], None], Any]
