@@ -24,6 +24,7 @@ import functools
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -88,6 +89,9 @@ class KServeCore:
         self._decoding = 0
         #: KServe calls admitted and not answered (both servers; counted on the loop)
         self._open = 0
+        #: gRPC calls parsed on a handler thread and handed to the loop, not begun yet (one
+        #: item each; ``deque`` appends and pops are atomic across threads)
+        self.arriving: deque[None] = deque()
         self.admission = Admission(state)
         self.m_requests = state.metrics.kserve_requests
         self.m_duration = state.metrics.kserve_duration
@@ -110,6 +114,8 @@ class KServeCore:
 
         Through ``Admission`` like every protocol: it counts the request once (and the
         KServe counters here say which protocol it came by)."""
+        if protocol == "grpc" and self.arriving:
+            self.arriving.pop()
         try:
             ticket = self.admission.admit(call.model, call.received, functools.partial(
                 self._finish, call, protocol, done))
@@ -131,13 +137,16 @@ class KServeCore:
             self.admission.fail(ticket, e)
             return
         self.admission.submit(ticket, prepared, priority=req.priority, timeout_ms=req.timeout_ms,
-                              quiet=self._alone)
+                              quiet=self._alone if protocol == "grpc" else None)
 
     def _alone(self) -> bool:
-        """No other KServe call is waiting here (asked only by a batcher that may compute
-        inline, ``inline_max_ms``): calls still being parsed on grpc's threads may wait
-        that long, as ZeroMQ messages do for a native request computed inline."""
-        return self._open <= 1
+        """No other gRPC call is open or on its way to the loop (asked only by a batcher
+        that may compute inline, the express lane): calls still being parsed on grpc's
+        threads may wait that long, as ZeroMQ messages do for a native request computed
+        inline. HTTP calls never take the lane: aiohttp parses on the loop, so calls
+        waiting in their sockets cannot be seen, and computing inline would keep them from
+        ever forming a batch."""
+        return self._open <= 1 and not self.arriving
 
     def _finish(self, call: InferCall, protocol: str,
                 done: Callable[[InferAnswer | EdgedError], None], ticket: Ticket,
@@ -181,7 +190,7 @@ class KServeCore:
         def prepared(outcome: Any) -> None:
             self._decoding -= 1
             self.admission.decoded(ticket, outcome, priority=req.priority,
-                                   timeout_ms=req.timeout_ms, quiet=self._alone)
+                                   timeout_ms=req.timeout_ms)
 
         try:
             self._pool.submit(work)

@@ -123,6 +123,7 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                                            received)
             _abort(context, e)
         fut: concurrent.futures.Future[InferAnswer | EdgedError] = concurrent.futures.Future()
+        self.core.arriving.append(None)  # seen by the express lane before begin runs
         self.loop.call_soon_threadsafe(self.core.begin, call, "grpc", fut.set_result)
         answer = fut.result()
         if isinstance(answer, EdgedError):
