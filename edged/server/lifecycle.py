@@ -142,7 +142,10 @@ class Server:
         while True:
             await asyncio.sleep(FLUSH_S)
             if len(later):
-                later.flush()
+                try:
+                    later.flush()
+                except Exception:  # one bad update must not leave the rest piling up
+                    log.exception("applying pending metric updates failed")
 
     async def _load(self, models: list[ModelConfig], startup: bool) -> list[str]:
         """Load models concurrently; a failed model that is not required stays in state
