@@ -262,14 +262,14 @@ def watched(watch: Watch | None, ns: argparse.Namespace, header: dict[str, Any],
             frames: list[Any], label: str, pid: int | None = None) -> dict[str, Any]:
     """``drive`` the clients; the server's process-tree CPU per request when its ``pid``
     is known (``cpu_ms_per_request``); with a Watch, its threads' CPU as ``cpu``."""
-    if watch is None:
-        return with_cpu(pid, lambda: drive(ns, header, frames, label))
-    watch.start()
+    if watch is not None:
+        watch.start()
     out = with_cpu(pid, lambda: drive(ns, header, frames, label))
-    try:
-        out["cpu"] = watch.stop()
-    except RuntimeError as e:  # the server exited: its column is left out of the table
-        print(f"edged bench: --threads: {label}: {e}", file=sys.stderr)
+    if watch is not None:
+        try:
+            out["cpu"] = watch.stop()
+        except RuntimeError as e:  # the server exited: its column is left out of the table
+            print(f"edged bench: --threads: {label}: {e}", file=sys.stderr)
     return out
 
 
