@@ -225,6 +225,20 @@ def test_typed_grpc_contents_are_read_like_raw(kd: Any) -> None:
         assert "100 bytes" in e.value.details() and "3136" in e.value.details()
 
 
+def test_a_body_that_is_not_a_request_is_invalid_argument(kd: Any) -> None:
+    """ModelInfer takes raw bytes and parses them itself: bytes that are no
+    ModelInferRequest are the client's error, and the next request is answered."""
+    x = digits_x(1, start=3)
+    with grpc.insecure_channel(kd.grpc_url) as ch:
+        infer = ch.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as e:
+            infer(b"\xff\xff\xff\xff", timeout=30)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "not a ModelInferRequest" in e.value.details()
+    r = gclient(kd).infer("digits", [ginput(x)])
+    np.testing.assert_array_equal(r.as_numpy("logits"), native(kd, "digits", x).outputs["logits"])
+
+
 def test_the_person_detector_answers_detections(kd: Any) -> None:
     frame, _ = photo("grace_hopper")  # BGR 600x512, as a camera app has it
     want = native(kd, "person", frame).detections
@@ -306,6 +320,39 @@ def test_kserve_and_native_requests_batch_together(kd: Any) -> None:
     assert metric(after, "edged_kserve_requests_total", protocol="grpc", model="slow",
                   status="OK") - metric(before, "edged_kserve_requests_total",
                                         protocol="grpc", model="slow", status="OK") == 4
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_eight_closed_loop_clients_form_batches(kd: Any, protocol: str) -> None:
+    """Eight clients, each sending its next request when the last is answered, on the
+    small digits model (well under ``inline_max_ms``): while one batch computes the others
+    queue, so batches of more than one form: eight clients are not served one by one."""
+    x = digits_x(1, start=5)
+    batches: list[int] = []
+    errors: list[BaseException] = []
+
+    def client() -> None:
+        try:
+            if protocol == "grpc":
+                c, i = gclient(kd), ginput(x)
+            else:
+                c, i = hclient(kd), hinput(x)
+            for _ in range(25):
+                r = c.infer("digits", [i]).get_response(**({"as_json": True}
+                                                         if protocol == "grpc" else {}))
+                b = r["parameters"]["batch"]
+                batches.append(int(b["int64_param"]) if protocol == "grpc" else int(b))
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert len(batches) == 200
+    assert max(batches) > 1, batches
 
 
 def test_model_statistics_come_from_edged_metrics(kd: Any) -> None:

@@ -27,14 +27,19 @@ from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from edged.errors import EdgedError, InvalidArgument
 from edged.host.thread_names import name_os_thread
 from edged.protocols.kserve.core import InferAnswer, InferCall, KServeCore
-from edged.protocols.kserve.tensors import as_wire, datatype, grpc_inputs
+from edged.protocols.kserve.grpc_wire import infer_response
+from edged.protocols.kserve.tensors import grpc_inputs
 
 log = logging.getLogger("edged.protocols.kserve")
+
+#: the service tritonclient's generated code names
+SERVICE = "inference.GRPCInferenceService"
 
 #: handler threads of the gRPC server: calls that can wait in the batcher at once
 GRPC_THREADS = 16
@@ -114,8 +119,16 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return json_format.ParseDict({"model_stats": stats},
                                      service_pb2.ModelStatisticsResponse())
 
-    def ModelInfer(self, request: Any, context: Any) -> Any:
+    def ModelInfer(self, data: bytes, context: Any) -> bytes:
+        """The raw-bytes handler (``_handlers``): the request parsed once, here, and the
+        reply written from prebuilt parts (``grpc_wire``), no message objects between."""
         received = time.monotonic()
+        try:
+            request = service_pb2.ModelInferRequest.FromString(data)
+        except DecodeError:
+            err = InvalidArgument("the request is not a ModelInferRequest message")
+            self.loop.call_soon_threadsafe(self.core.refused, "grpc", "", err, received)
+            _abort(context, err)
         try:
             call = self._call(request, context, received)
         except EdgedError as e:
@@ -128,21 +141,8 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         answer = fut.result()
         if isinstance(answer, EdgedError):
             _abort(context, answer)
-        resp = service_pb2.ModelInferResponse(model_name=answer.model, model_version="1",
-                                              id=request.id)
-        resp.parameters["variant"].string_param = answer.variant
-        resp.parameters["batch"].int64_param = answer.timing["batch"]
-        resp.parameters["queue_us"].int64_param = answer.timing["queue_us"]
-        resp.parameters["compute_us"].int64_param = answer.timing["compute_us"]
-        for key, value in answer.parameters.items():
-            resp.parameters[key].string_param = value
-        for name, arr in answer.outputs:
-            out = resp.outputs.add()
-            out.name = name
-            out.datatype = datatype(arr.dtype)
-            out.shape.extend(arr.shape)
-            resp.raw_output_contents.append(as_wire(arr))
-        return resp
+        return infer_response(answer.model, request.id, answer.variant, answer.timing,
+                              answer.parameters, answer.outputs)
 
     def _call(self, request: Any, context: Any, received: float) -> InferCall:
         """The request's checks that need nothing of the daemon's state but its config
@@ -160,6 +160,31 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                          inputs=grpc_inputs(request, limits), outputs=outputs,
                          parameters={k: _param(v) for k, v in request.parameters.items()},
                          client_deadline_s=left, received=received)
+
+
+class _Recorder:
+    """Stands in for a server to catch the generated code's method handlers."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str,
+                                       handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.handlers = dict(handlers)
+
+
+def _handlers(servicer: _Servicer) -> dict[str, grpc.RpcMethodHandler]:
+    """The service's method handlers as tritonclient's generated code makes them, but
+    ``ModelInfer`` without a (de)serialiser: its handler takes and returns bytes."""
+    rec = _Recorder()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, rec)
+    if "ModelInfer" not in rec.handlers:  # tritonclient's generated code changed its calls
+        raise RuntimeError("tritonclient's generated service registered no ModelInfer handler")
+    rec.handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(servicer.ModelInfer)
+    return rec.handlers
 
 
 def _abort(context: grpc.ServicerContext, err: EdgedError) -> NoReturn:
@@ -188,8 +213,10 @@ class KServeGrpcServer:
         self.port = 0
 
     async def start(self) -> None:
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-            _Servicer(self.core, asyncio.get_running_loop()), self._server)
+        handlers = _handlers(_Servicer(self.core, asyncio.get_running_loop()))
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, handlers),))
+        self._server.add_registered_method_handlers(SERVICE, handlers)
         try:
             self.port = self._server.add_insecure_port(self.address)
         except RuntimeError as e:  # grpc raises instead of returning 0 since 1.5x

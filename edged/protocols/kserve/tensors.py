@@ -38,8 +38,8 @@ TYPED_FIELD = {
 
 
 def datatype(dtype: np.dtype) -> str:
-    """numpy dtype -> KServe datatype name."""
-    name = _NAMES.get(np.dtype(dtype))
+    """numpy dtype -> KServe datatype name (either byte order: outputs travel little-endian)."""
+    name = _NAMES.get(np.dtype(dtype).newbyteorder("="))
     if name is None:
         raise InvalidArgument(f"dtype {np.dtype(dtype).name} has no KServe v2 datatype")
     return name
