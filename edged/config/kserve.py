@@ -23,10 +23,20 @@ class KServeConfig:
     grpc: str | None = None  # "HOST:PORT"
     http: str | None = None
     allow_remote: bool = False
+    #: which gRPC server runs the endpoint: grpc's handler threads, or ``grpc.aio`` on the
+    #: daemon's loop (``GRPC_SERVERS``; docs/kserve.md says when each is the better)
+    grpc_server: str = "threads"
 
     @property
     def enabled(self) -> bool:
         return bool(self.grpc or self.http)
+
+
+#: ``grpc_server`` -> the module and class that implement it
+GRPC_SERVERS = {
+    "threads": ("edged.protocols.kserve.grpc_server", "KServeGrpcServer"),
+    "loop": ("edged.protocols.kserve.grpc_loop_server", "KServeGrpcLoopServer"),
+}
 
 
 def split_hostport(value: str) -> tuple[str, int] | None:
@@ -62,6 +72,7 @@ def _find(module: str) -> object | None:
 
 def parse_kserve(t: Table) -> KServeConfig:
     allow_remote = t.get("allow_remote", bool, False)
+    grpc_server = t.get("grpc_server", str, "threads", choices=tuple(GRPC_SERVERS))
     addrs: dict[str, str | None] = {}
     for key in ("grpc", "http"):
         value = t.get(key, str, None)
@@ -78,7 +89,8 @@ def parse_kserve(t: Table) -> KServeConfig:
         else:
             addrs[key] = value
     t.done()
-    cfg = KServeConfig(grpc=addrs["grpc"], http=addrs["http"], allow_remote=allow_remote)
+    cfg = KServeConfig(grpc=addrs["grpc"], http=addrs["http"], allow_remote=allow_remote,
+                       grpc_server=grpc_server)
     if t.data and cfg.grpc and cfg.grpc == cfg.http:
         t.problem("http", f"{cfg.http} is also the grpc address")
     if cfg.enabled:

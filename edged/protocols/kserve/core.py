@@ -104,7 +104,7 @@ class KServeCore:
         """``begin`` awaited on the loop (the HTTP server): the answer, or the EdgedError
         for the reply."""
         fut: asyncio.Future[InferAnswer] = asyncio.get_running_loop().create_future()
-        self.begin(call, protocol, functools.partial(_settle, fut))
+        self.begin(call, protocol, functools.partial(settle, fut))
         return await fut
 
     def begin(self, call: InferCall, protocol: str,
@@ -268,7 +268,7 @@ class KServeCore:
         self.m_duration.labels(protocol).observe(time.monotonic() - received)
 
 
-def _settle(fut: asyncio.Future[InferAnswer], outcome: InferAnswer | EdgedError) -> None:
+def settle(fut: asyncio.Future[InferAnswer], outcome: InferAnswer | EdgedError) -> None:
     if fut.done():  # the client went away (cancelled)
         return
     if isinstance(outcome, EdgedError):

@@ -120,20 +120,18 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                                      service_pb2.ModelStatisticsResponse())
 
     def ModelInfer(self, data: bytes, context: Any) -> bytes:
-        """The raw-bytes handler (``_handlers``): the request parsed once, here, and the
+        """The raw-bytes handler (``method_handlers``): the request parsed once, here, and the
         reply written from prebuilt parts (``grpc_wire``), no message objects between."""
         received = time.monotonic()
+        request = None
         try:
-            request = service_pb2.ModelInferRequest.FromString(data)
-        except DecodeError:
-            err = InvalidArgument("the request is not a ModelInferRequest message")
-            self.loop.call_soon_threadsafe(self.core.refused, "grpc", "", err, received)
-            _abort(context, err)
-        try:
-            call = self._call(request, context, received)
+            request = parse_request(data)
+            call = infer_call(self.core, request, context.time_remaining(), received,
+                              lambda name, version: self._on_loop(
+                                  None, self.core.meta.model, name, version))
         except EdgedError as e:
-            self.loop.call_soon_threadsafe(self.core.refused, "grpc", request.model_name, e,
-                                           received)
+            self.loop.call_soon_threadsafe(self.core.refused, "grpc",
+                                           request.model_name if request else "", e, received)
             _abort(context, e)
         fut: concurrent.futures.Future[InferAnswer | EdgedError] = concurrent.futures.Future()
         self.core.arriving.append(None)  # seen by the express lane before begin runs
@@ -144,22 +142,32 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return infer_response(answer.model, request.id, answer.variant, answer.timing,
                               answer.parameters, answer.outputs)
 
-    def _call(self, request: Any, context: Any, received: float) -> InferCall:
-        """The request's checks that need nothing of the daemon's state but its config
-        (read once, on this thread); the version check asks the loop."""
-        limits = self.core.state.config.server.limits
-        if request.model_version not in ("", "1"):
-            self._on_loop(None, self.core.meta.model, request.model_name, request.model_version)
-        if len(request.id) > limits.max_id_length:
-            raise InvalidArgument(f"id is longer than {limits.max_id_length} characters")
-        outputs = [o.name for o in request.outputs] or None
-        if outputs is not None and len(set(outputs)) != len(outputs):
-            raise InvalidArgument("an output is asked for twice")
-        left = context.time_remaining()
-        return InferCall(model=request.model_name, id=request.id,
-                         inputs=grpc_inputs(request, limits), outputs=outputs,
-                         parameters={k: _param(v) for k, v in request.parameters.items()},
-                         client_deadline_s=left, received=received)
+
+def infer_call(core: KServeCore, request: Any, left: float | None, received: float,
+               check_version: Callable[[str, str], Any]) -> InferCall:
+    """A parsed ``ModelInferRequest`` -> the call ``KServeCore.begin`` takes: the checks
+    that need nothing of the daemon's state but its config (``check_version``: asks the
+    loop about a version other than "" or "1", raising its EdgedError)."""
+    limits = core.state.config.server.limits
+    if request.model_version not in ("", "1"):
+        check_version(request.model_name, request.model_version)
+    if len(request.id) > limits.max_id_length:
+        raise InvalidArgument(f"id is longer than {limits.max_id_length} characters")
+    outputs = [o.name for o in request.outputs] or None
+    if outputs is not None and len(set(outputs)) != len(outputs):
+        raise InvalidArgument("an output is asked for twice")
+    return InferCall(model=request.model_name, id=request.id,
+                     inputs=grpc_inputs(request, limits), outputs=outputs,
+                     parameters={k: _param(v) for k, v in request.parameters.items()},
+                     client_deadline_s=left, received=received)
+
+
+def parse_request(data: bytes) -> Any:
+    """The raw ``ModelInfer`` body as a ``ModelInferRequest`` (parsed once, here)."""
+    try:
+        return service_pb2.ModelInferRequest.FromString(data)
+    except DecodeError:
+        raise InvalidArgument("the request is not a ModelInferRequest message") from None
 
 
 class _Recorder:
@@ -176,7 +184,7 @@ class _Recorder:
         self.handlers = dict(handlers)
 
 
-def _handlers(servicer: _Servicer) -> dict[str, grpc.RpcMethodHandler]:
+def method_handlers(servicer: Any) -> dict[str, grpc.RpcMethodHandler]:
     """The service's method handlers as tritonclient's generated code makes them, but
     ``ModelInfer`` without a (de)serialiser: its handler takes and returns bytes."""
     rec = _Recorder()
@@ -213,7 +221,7 @@ class KServeGrpcServer:
         self.port = 0
 
     async def start(self) -> None:
-        handlers = _handlers(_Servicer(self.core, asyncio.get_running_loop()))
+        handlers = method_handlers(_Servicer(self.core, asyncio.get_running_loop()))
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE, handlers),))
         self._server.add_registered_method_handlers(SERVICE, handlers)

@@ -8,11 +8,12 @@ imported only when an address is configured, so the daemon runs without the extr
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import Any
 
 from edged.config.file import Config
-from edged.config.kserve import EXTRA_HINT, KServeConfig
+from edged.config.kserve import EXTRA_HINT, GRPC_SERVERS, KServeConfig
 from edged.errors import StartupError
 from edged.host.ports import Where, bind_failed
 from edged.protocols.kserve.core import KServeCore
@@ -62,7 +63,8 @@ class KServeRoom:
     async def _open(self, kind: str, address: str) -> None:
         try:
             if kind == "grpc":
-                from edged.protocols.kserve.grpc_server import KServeGrpcServer as cls
+                module, name = GRPC_SERVERS[self.cfg.grpc_server]
+                cls = getattr(importlib.import_module(module), name)
             else:
                 from edged.protocols.kserve.http_server import KServeHttpServer as cls  # type: ignore[assignment]
         except ImportError as e:
@@ -81,11 +83,13 @@ class KServeRoom:
         """After a reload: close listeners whose address went or changed, open new ones.
         Returns problems (a new address that cannot be bound); the rest still applies."""
         cfg = config.server.kserve
+        moved_grpc = cfg.grpc_server != self.cfg.grpc_server  # the other server reopens it
+        self.cfg = cfg
         problems = []
         for kind in ("grpc", "http"):
             new = getattr(cfg, kind)
             cur = self._servers.get(kind)
-            if cur is not None and cur.address == new:
+            if cur is not None and cur.address == new and not (kind == "grpc" and moved_grpc):
                 continue
             if cur is not None:
                 await cur.stop(CLOSE_GRACE_S)
@@ -97,7 +101,6 @@ class KServeRoom:
                 except (OSError, ImportError) as e:
                     log.error("%s", e)
                     problems.append(str(e))
-        self.cfg = cfg
         return problems
 
     async def stop(self) -> None:
