@@ -73,8 +73,7 @@ class Governor:
         #: what ``mpc`` keeps the temperature below, and where a swap spends its budget early
         self.limit_c = (cfg.limit_c if cfg.limit_c is not None
                         else self._levels.trip_c or FALLBACK_TRIP_C)
-        self._predictor = Predictor("predicted" if cfg.predict else cfg.policy,
-                                    cfg.swap_min_interval_s, self.limit_c)
+        self._predictor = Predictor(cfg.chosen_policy, cfg.swap_min_interval_s, self.limit_c)
         self.energy = EnergyPlan(cfg.energy, cfg.swap_min_interval_s)
         if energy_from is not None:  # a reload does not refill the energy budget
             self.energy.carry_over(energy_from)

@@ -14,6 +14,7 @@ from collections import deque
 from typing import Any
 
 from edged.governor.mpc import Rls, plan, powers_with_prior
+from edged.governor.mpc_prior import Prior
 from edged.governor.swap_budget import SwapBudget
 from edged.governor.thermal_model import LoadBook, ThermalModel, choose_rung
 
@@ -29,6 +30,9 @@ class Predictor:
         self.enabled = policy in ("predicted", "mpc")
         #: the online identification ``mpc`` plans with (None: another policy)
         self.planner = Rls() if policy == "mpc" else None
+        #: the cautious board ``mpc`` plans with until ``planner`` has a plausible fit
+        self.prior = Prior(limit_c)
+        self._planning = False
         self.limit_c = limit_c
         self._last_now: float | None = None
         #: the last few tick intervals: the planner assumes the longest of them
@@ -41,8 +45,8 @@ class Predictor:
 
     @property
     def planning(self) -> bool:
-        """True while ``mpc`` has identified the board (its plans choose the rungs)."""
-        return self.planner is not None and self.planner.params() is not None
+        """True while ``mpc``'s plans choose the rungs (on its fit, or on the prior)."""
+        return self._planning
 
     def observe(self, model: str, variant_index: int, duty: float,
                 ladder_len: int | None) -> None:
@@ -88,22 +92,34 @@ class Predictor:
             self._gaps.append(now - self._last_now)
         self._last_now = now
         self.planner.add(now, temp, power, units)
-        params = self.planner.params()
-        if params is None:
-            return None
+        self.prior.add(now, temp, power)
+        fitted = self.planner.params()
         book, rails = self._book, units == "W"
         idle = (book.idle_power or 0.0) if rails else 0.0
+        ladders = {model: powers_with_prior(
+            [book.predicted_power(model, i, rails)
+             for i in range(max(self._ladder_len.get(model, active + 1), active + 1))], idle)
+            for model, (active, _) in book.active.items()}
+        heavy = max((pw[0] for pw in ladders.values()), default=idle)
+        params = fitted or self.prior.params(heavy, idle, units)
+        idle_hold = params is None and heavy <= idle and not self.prior.implausible
+        self._planning = params is not None or idle_hold
+        if idle_hold:  # nothing computes, so no rung heats the board: a swap buys nothing
+            return {"plant": None, "limit_c": self.limit_c, "models": {
+                m: {"active": a, "duty": round(d, 3), "rung": a}
+                for m, (a, d) in sorted(book.active.items())}}
+        if params is None:
+            return None
         models: dict[str, Any] = {}
         for model, (active, duty) in sorted(book.active.items()):
-            n = max(self._ladder_len.get(model, active + 1), active + 1)
-            powers = powers_with_prior([book.predicted_power(model, i, rails) for i in range(n)],
-                                       idle)
+            powers = ladders[model]
             p = plan(params, temp, powers, active, self.swaps.hold_left(model, now),
                      max(self._gaps, default=1.0), self.swaps.min_interval_s, self.limit_c)
             models[model] = {"active": active, "duty": round(duty, 3),
                              "plan": list(p.rungs), "plan_peak_c": round(p.peak_c, 1),
                              "safe": p.safe, "rung": p.rung}
-        return _board(params, power, self.limit_c, models)
+        return _board(params, power, self.limit_c, models) | {
+            "plant": "fit" if fitted else "prior"}
 
     def ladder(
         self, want: int, now: float, force: bool, prediction: dict[str, Any] | None
