@@ -1,11 +1,13 @@
 """The predicted variant choice and the swap budget, between a level and its ladder step.
 
 A level asks for a ladder step; with ``predict`` each model reporting its load
-(``observe``) is instead held at the heavier of the level's step and the rung whose
+(``observe``) is instead held at the lighter of the level's step and the rung whose
 predicted equilibrium stays below the first threshold (``thermal_model.py``). Either
 way the step moves only when the swap budget allows (``swap_budget.py``). With
-``policy = "mpc"`` the model's step is the planner's (``mpc.py``) instead, once it has
-identified the board; until then, the level's.
+``policy = "mpc"`` (also what ``policy = "auto"`` runs with the auto levels) the model's
+step is the planner's (``mpc.py``) instead: on the identified board once the fit is
+plausible, before that on a cautious prior board (``mpc_prior.py``), and the level's only
+when the prior proved implausible; while nothing computes, the active rung stays.
 """
 
 from __future__ import annotations
@@ -122,12 +124,14 @@ class Predictor:
             "plant": "fit" if fitted else "prior"}
 
     def ladder(
-        self, want: int, now: float, force: bool, prediction: dict[str, Any] | None
+        self, want: int, now: float, force: bool, prediction: dict[str, Any] | None,
+        floor: int = 0,
     ) -> tuple[int, float | None, dict[str, int] | None, int]:
         """Apply the predicted choice and the swap budget: (steps, hold s, per model, wanted).
 
         ``force`` (a hard threshold, a stale sensor under "hot", an operator pin) spends
-        the swap budget early.
+        the swap budget early; ``floor`` is the step mpc's plan may not go heavier than
+        (a pin, the hottest level, the energy budget).
         """
         if not (self.enabled and self._book.active):
             steps, left = self.swaps.allow("*", want, now, force=force)
@@ -140,14 +144,15 @@ class Predictor:
         for name in sorted(self._book.active):
             if name in predicted:
                 self._rungs[name] = predicted[name]["rung"]
-            if self.planner is not None:  # the plan, else the level's until identified
-                wanted = predicted[name]["rung"] if name in predicted else want
+            if self.planner is not None:  # the plan, else the level's (prior implausible)
+                wanted = max(predicted[name]["rung"], floor) if name in predicted else want
             else:
                 wanted = max(want, self._rungs.get(name, 0))
             per_model[name], left = self.swaps.allow(name, wanted, now, force=force)
             lefts.append(left)
         if self.planner is not None:
-            wanted = max(predicted[m]["rung"] if m in predicted else want for m in per_model)
+            wanted = max(max(predicted[m]["rung"], floor) if m in predicted else want
+                         for m in per_model)
         else:
             wanted = max(want, *self._rungs.values()) if self._rungs else want
         hold = max(lefts) if lefts and max(lefts) > 0 else None
