@@ -248,9 +248,9 @@ class Governor:
         if inputs.temp is not None and self.first_threshold_c:
             headroom = inputs.temp / self.first_threshold_c
         want = lv.ladder_steps
-        # what even mpc's plan may not undercut: a pin, the hottest level (the backstop,
-        # also where a stale sensor under "hot" goes) and the energy budget's step
-        floor = want if self._pin.index is not None or index >= self._levels.hottest else 0
+        # what even mpc's plan may not undercut: a pin, a stale sensor under "hot" (blind,
+        # act safe) and the energy budget's step
+        floor = want if self._pin.index is not None or inputs.stale_hot is not None else 0
         energy = self.energy if now is not None and self.energy.active else None
         if energy is not None and energy.step > want and self._pin.index is None:
             want, floor, reason = energy.step, energy.step, f"{reason}; {energy.why}"

@@ -131,7 +131,7 @@ class Predictor:
 
         ``force`` (a hard threshold, a stale sensor under "hot", an operator pin) spends
         the swap budget early; ``floor`` is the step mpc's plan may not go heavier than
-        (a pin, the hottest level, the energy budget).
+        (a pin, a stale sensor under "hot", the energy budget).
         """
         if not (self.enabled and self._book.active):
             steps, left = self.swaps.allow("*", want, now, force=force)
