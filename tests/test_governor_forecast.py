@@ -122,7 +122,8 @@ def test_swap_budget_holds_under_a_noisy_trace(tmp_path: Path) -> None:
 
 
 def test_hard_threshold_overrides_the_budget(tmp_path: Path) -> None:
-    gov = governor(tmp_path, swap_min_interval_s=600.0)
+    # the levels' hard threshold (mpc's is limit_c: test_governor_oracle.py)
+    gov = governor(tmp_path, swap_min_interval_s=600.0, policy="levels")
     assert gov.step(reading(0, 71.0), now=0).ladder_steps == 1
     held = gov.step(reading(1, 79.0), now=1)
     assert held.ladder_steps == 1  # no hot level yet

@@ -122,6 +122,10 @@ def test_absent_or_empty_table_is_disabled() -> None:
     assert parse({}).enabled is False
     cfg = parse({"sysfs_root": "/"})
     assert cfg.enabled is True and cfg.levels is None  # present: on, levels "auto"
+    # policy "auto": mpc with the auto levels; configured levels keep their meaning
+    assert cfg.policy == "auto" and cfg.chosen_policy == "mpc"
+    assert parse({"levels": LEVELS}).chosen_policy == "levels"
+    assert parse({"levels": LEVELS, "policy": "mpc"}).chosen_policy == "mpc"
     assert parse({"enabled": False, "levels": LEVELS}).enabled is False
 
 
@@ -196,7 +200,7 @@ def test_power_budget_exit_validated() -> None:
 def test_auto_levels_from_orin_passive_trip(tmp_path: Path) -> None:
     for i, name in enumerate(["cpu-thermal", "gpu-thermal", "tj-thermal"]):
         make_thermal_zone(tmp_path, i, name, 45000, trips=ORIN_TRIPS)
-    gov = auto_governor(tmp_path)
+    gov = auto_governor(tmp_path, policy="levels")
     assert gov.trip_c == 99.0
     names = [
         (lv.name, lv.enter_c, lv.exit_c, lv.ladder_steps, lv.max_batch_size) for lv in gov.levels
@@ -206,13 +210,20 @@ def test_auto_levels_from_orin_passive_trip(tmp_path: Path) -> None:
         ("warm", 84.0, 79.0, 1, None),
         ("hot", 94.0, 89.0, 2, 1),
     ]
+    # The default policy (mpc with the auto levels) keeps hot as a backstop at the trip:
+    # its batch cap must not engage where mpc holds the board, 1 °C below it.
+    default = auto_governor(tmp_path)
+    assert default.cfg.chosen_policy == "mpc" and default.limit_c == 99.0
+    assert [(lv.name, lv.enter_c, lv.exit_c) for lv in default.levels[1:]] == [
+        ("warm", 84.0, 79.0), ("hot", 98.5, 93.5)]
 
 
 def test_auto_levels_fallback_without_trip(tmp_path: Path) -> None:
     make_thermal_zone(tmp_path, 0, "cpu-thermal", 45000)
-    gov = auto_governor(tmp_path, auto_max_batch_size=4)
+    gov = auto_governor(tmp_path, auto_max_batch_size=4, policy="levels")
     assert gov.trip_c is None
     assert [(lv.enter_c, lv.exit_c) for lv in gov.levels[1:]] == [(70.0, 65.0), (80.0, 75.0)]
+    assert [lv.enter_c for lv in auto_governor(tmp_path).levels[1:]] == [70.0, 84.5]
     assert gov.levels[2].max_batch_size == 4
     assert auto_levels(None)[1].enter_c == 70.0
 

@@ -299,16 +299,26 @@ def _format_governor(g: dict[str, Any]) -> list[str]:
         out.append("  stale        " + ", ".join(sorted(stale)))
     pred = g.get("prediction") or {}
     if pred:
-        out.append(f"  prediction   settles at {pred['equilibrium_c']} °C "
-                   f"(limit {pred['limit_c']} °C; τ {pred['tau_s']} s)" + "".join(
-                       f"; {m}: rung {v['rung']} of {v['equilibria_c']}"
-                       for m, v in pred.get("models", {}).items()))
+        out.append("  prediction   " + _prediction_text(pred))
     if g.get("energy"):
         out.append("  " + energy_line(g["energy"]).replace("energy: ", "energy       ", 1))
     levels = g.get("seconds_per_level") or {}
     if levels:
         out.append("  time/level   " + ", ".join(f"{k} {v:.0f} s" for k, v in levels.items()))
     return out
+
+
+def _prediction_text(pred: dict[str, Any]) -> str:
+    """The board the prediction uses and each model's rung: ``predicted`` shows each rung's
+    equilibrium, ``mpc`` its plan (and whether the board is its fit or its prior); while
+    nothing computes ``mpc`` has no board and keeps the active rung."""
+    head = (f"settles at {pred['equilibrium_c']} °C (limit {pred['limit_c']} °C; "
+            f"τ {pred['tau_s']} s" + (f"; {pred['plant']} board" if pred.get("plant") else "")
+            + ")") if "equilibrium_c" in pred else f"idle (limit {pred.get('limit_c')} °C)"
+    parts = [f"; {m}: rung {v['rung']}" + (f" of {v['equilibria_c']}" if "equilibria_c" in v
+                                          else f", plan {v['plan']}" if "plan" in v else "")
+             for m, v in pred.get("models", {}).items()]
+    return head + "".join(parts)
 
 
 def energy_line(e: dict[str, Any] | None) -> str:

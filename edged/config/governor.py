@@ -8,7 +8,7 @@ Every problem names its key (``governor.levels[1].exit_c``) via :class:`edged.co
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from edged.config.governor_energy import EnergyConfig
 from edged.config.schema import Table, non_negative, positive
@@ -16,8 +16,10 @@ from edged.config.schema import Table, non_negative, positive
 STALE_POLICIES = ("hot", "ignore", "hold")
 #: how the ladder step is chosen: the level's step, ``predicted`` (the level's or the
 #: heaviest rung whose equilibrium stays below the first threshold, whichever is lighter),
-#: ``mpc`` (a plan over the next minutes against ``limit_c``; docs/governor.md)
-POLICIES = ("levels", "predicted", "mpc")
+#: ``mpc`` (a plan over the next minutes against ``limit_c``; docs/governor.md), or
+#: ``auto`` (the default): ``mpc`` with the auto levels, ``levels`` with configured ones,
+#: so a ``[[governor.levels]]`` table written for the levels keeps its meaning
+POLICIES = ("auto", "levels", "predicted", "mpc")
 FORECAST_MODELS = ("linear", "first_order")
 #: first_order fits a curve, which needs a longer window than a slope does.
 FIRST_ORDER_WINDOW_S = 60.0
@@ -34,6 +36,10 @@ SWAP_INTERVAL_DWELLS = 10.0
 FALLBACK_TRIP_C = 85.0
 AUTO_WARM_BELOW_TRIP_C = 15.0
 AUTO_HOT_BELOW_TRIP_C = 5.0
+#: with ``mpc`` the auto ``hot`` level is a backstop just under the trip: mpc plans to stay
+#: 1 °C below ``limit_c`` (the trip by default), so a reading this close means a plan
+#: missed, and its batch cap does not engage where mpc holds the board by design
+AUTO_HOT_BELOW_TRIP_MPC_C = 0.5
 AUTO_EXIT_BELOW_ENTER_C = 5.0
 DEFAULT_EXIT_BELOW_ENTER_C = 5.0
 BASE_LEVEL = "normal"
@@ -123,16 +129,18 @@ class LevelConfig:
         )
 
 
-def auto_levels(trip_c: float | None, max_batch_size: int | None = 1) -> list[LevelConfig]:
+def auto_levels(trip_c: float | None, max_batch_size: int | None = 1,
+                mpc: bool = False) -> list[LevelConfig]:
     """Levels from the board's first passive trip (or :data:`FALLBACK_TRIP_C`).
 
     ``warm``: one ladder step at trip − 15 °C; ``hot``: two steps and a batch cap at
-    trip − 5 °C; each left 5 °C below its entry. The kernel's own throttling starts at
-    the trip, so edged acts first and the kernel never has to.
+    trip − 5 °C (``mpc``: trip − 0.5 °C, a backstop: :data:`AUTO_HOT_BELOW_TRIP_MPC_C`);
+    each left 5 °C below its entry. The kernel's own throttling starts at the trip, so
+    edged acts first and the kernel never has to.
     """
     trip = FALLBACK_TRIP_C if trip_c is None else trip_c
     warm = trip - AUTO_WARM_BELOW_TRIP_C
-    hot = trip - AUTO_HOT_BELOW_TRIP_C
+    hot = trip - (AUTO_HOT_BELOW_TRIP_MPC_C if mpc else AUTO_HOT_BELOW_TRIP_C)
     return [
         LevelConfig(BASE_LEVEL),
         LevelConfig("warm", enter_c=warm, exit_c=warm - AUTO_EXIT_BELOW_ENTER_C, ladder_steps=1),
@@ -173,8 +181,9 @@ class GovernorConfig:
     forecast_settle_s: float = 10.0
     swap_min_interval_s: float = SWAP_INTERVAL_DWELLS * 5.0
     predict: bool = False
-    #: one of :data:`POLICIES`; ``predict = true`` is the older spelling of "predicted"
-    policy: str = "levels"
+    #: one of :data:`POLICIES`; ``predict = true`` is the older spelling of "predicted";
+    #: :attr:`chosen_policy` is what runs
+    policy: str = "auto"
     #: the temperature mpc keeps below: None = the passive trip (else the fallback, 85 °C)
     limit_c: float | None = None
     power_budget_w: float | None = None
@@ -187,6 +196,24 @@ class GovernorConfig:
     auto_max_batch_size: int | None = 1
     #: ``[governor.energy]``: a budget over a mission (``governor/energy.py``)
     energy: EnergyConfig = field(default_factory=EnergyConfig)
+
+    @property
+    def chosen_policy(self) -> str:
+        """The policy that runs: ``auto`` is ``mpc`` with the auto levels, else ``levels``."""
+        if self.predict:
+            return "predicted"
+        if self.policy == "auto":
+            return "mpc" if self.levels is None else "levels"
+        return self.policy
+
+    def at_trip(self, trip_c: float) -> GovernorConfig:
+        """This config with ``levels = "auto"`` made explicit at ``trip_c`` (a replay, the
+        simulator), its policy resolved first so the auto levels keep choosing ``mpc``."""
+        if self.levels is not None:
+            return self
+        policy = self.chosen_policy
+        levels = auto_levels(trip_c, self.auto_max_batch_size, mpc=policy == "mpc")
+        return replace(self, policy=policy, levels=tuple(levels))
 
     @classmethod
     def from_table(cls, t: Table) -> GovernorConfig:
@@ -215,8 +242,8 @@ class GovernorConfig:
         else:
             swap_min_interval_s = t.get("swap_min_interval_s", float, None, check=non_negative)
         predict = t.get("predict", bool, False)
-        policy = t.get("policy", str, "predicted" if predict else "levels", choices=POLICIES)
-        if predict and policy not in (None, "predicted"):
+        policy = t.get("policy", str, "predicted" if predict else "auto", choices=POLICIES)
+        if predict and policy not in (None, "predicted", "auto"):
             t.problem("policy", f"{policy!r} with predict = true (the older spelling of "
                       'policy = "predicted"): give one')
         limit_c = t.get("limit_c", float, None)
@@ -270,7 +297,7 @@ class GovernorConfig:
                 else SWAP_INTERVAL_DWELLS * (dwell_s if dwell_s is not None else 5.0)
             ),
             predict=bool(predict),
-            policy=policy or "levels",
+            policy=policy or "auto",
             limit_c=limit_c,
             power_budget_w=budget,
             power_budget_exit_w=budget_exit,

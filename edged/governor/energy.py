@@ -40,6 +40,13 @@ UNKNOWN_HEAVIER = 2.0
 #: going heavier needs its energy per inference this far (relative) below the allowance
 HEAVIER_MARGIN = 0.02
 WH = 3600.0
+#: the allowance plans the rest of the mission as if it were this share of its length, so
+#: the reserve is spent down as the mission shrinks (a demand that ends early, an idle
+#: tail, leaves less unspent); 0.7 ran the shipped solar camera trace out of energy
+HEDGE = 0.8
+#: ... while finishing on the lightest step is judged at this many times the mean rate
+#: (the demand of the rest may exceed what the mission has shown so far)
+FLOOR_RATE = 1.1
 
 
 @dataclass
@@ -200,11 +207,11 @@ class EnergyPlan:
         idle, mean, rate = book.idle_w or 0.0, book.mean_rate(), book.now_rate()
         self.allowed_w = max(left, 0.0) / t_left
         spare = left - idle * t_left  # what the inferences may spend, above idle
-        per_row = spare / (mean * t_left) if mean > 0 else float("inf")
+        per_row = spare / (mean * t_left * HEDGE) if mean > 0 else float("inf")
         preds = self._predictions(n)
         known = [e for e in preds if e is not None]
         hold = min(self.hold_s, t_left)
-        floor_w = idle + mean * (min(known) if known else 0.0)
+        floor_w = idle + mean * FLOOR_RATE * (min(known) if known else 0.0)
 
         def safe(e: float) -> bool:
             return left - (idle + rate * e) * hold >= floor_w * (t_left - hold)

@@ -36,7 +36,8 @@ class Levels:
             trip = first_passive_trip_c(trip_points, counts)
             self.trip_c = trip[1] if trip else None
             self.levels: tuple[LevelConfig, ...] = tuple(
-                auto_levels(self.trip_c, cfg.auto_max_batch_size))
+                auto_levels(self.trip_c, cfg.auto_max_batch_size,
+                            mpc=cfg.chosen_policy == "mpc"))
             if trip:
                 log.info("governor: auto levels from %s passive trip %.1f °C", trip[0], trip[1])
             else:

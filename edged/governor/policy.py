@@ -13,8 +13,8 @@ Rules (docs/governor.md explains them for operators); each part is its own objec
 * the power budget (``power_budget.py``): a stepping controller whose level is a floor;
 * the operator's pin (``pins.py``) overrides everything until released;
 * the ladder step moves only when the swap budget allows; with ``predict`` the step per
-  model is the heavier of the level's and the predicted choice (``prediction.py``); with
-  ``policy = "mpc"`` it is the planner's (``mpc.py``) once it has identified the board;
+  model is the lighter of the level's and the predicted choice (``prediction.py``); with
+  ``policy = "mpc"`` (the default with the auto levels) it is the planner's (``mpc.py``);
 * an energy budget over a mission (``energy.py``) asks for a ladder step of its own; the
   lighter of it and the level's applies.
 
@@ -73,8 +73,7 @@ class Governor:
         #: what ``mpc`` keeps the temperature below, and where a swap spends its budget early
         self.limit_c = (cfg.limit_c if cfg.limit_c is not None
                         else self._levels.trip_c or FALLBACK_TRIP_C)
-        self._predictor = Predictor("predicted" if cfg.predict else cfg.policy,
-                                    cfg.swap_min_interval_s, self.limit_c)
+        self._predictor = Predictor(cfg.chosen_policy, cfg.swap_min_interval_s, self.limit_c)
         self.energy = EnergyPlan(cfg.energy, cfg.swap_min_interval_s)
         if energy_from is not None:  # a reload does not refill the energy budget
             self.energy.carry_over(energy_from)
@@ -249,9 +248,12 @@ class Governor:
         if inputs.temp is not None and self.first_threshold_c:
             headroom = inputs.temp / self.first_threshold_c
         want = lv.ladder_steps
+        # what even mpc's plan may not undercut: a pin, a stale sensor under "hot" (blind,
+        # act safe) and the energy budget's step
+        floor = want if self._pin.index is not None or inputs.stale_hot is not None else 0
         energy = self.energy if now is not None and self.energy.active else None
         if energy is not None and energy.step > want and self._pin.index is None:
-            want, reason = energy.step, f"{reason}; {energy.why}"
+            want, floor, reason = energy.step, energy.step, f"{reason}; {energy.why}"
         steps, hold, per_model, wanted = want, None, None, want
         if now is not None:  # the "starting" decision spends no swap budget
             # While mpc plans, only the limit itself spends the swap budget early (the
@@ -261,7 +263,8 @@ class Governor:
                      or (hard_c is not None and inputs.temp is not None
                          and inputs.temp >= hard_c)
                      or (energy is not None and energy.urgent))
-            steps, hold, per_model, wanted = self._predictor.ladder(want, now, force, prediction)
+            steps, hold, per_model, wanted = self._predictor.ladder(want, now, force,
+                                                                    prediction, floor)
         return Decision(
             level=lv.name,
             index=index,

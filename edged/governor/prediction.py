@@ -1,11 +1,13 @@
 """The predicted variant choice and the swap budget, between a level and its ladder step.
 
 A level asks for a ladder step; with ``predict`` each model reporting its load
-(``observe``) is instead held at the heavier of the level's step and the rung whose
+(``observe``) is instead held at the lighter of the level's step and the rung whose
 predicted equilibrium stays below the first threshold (``thermal_model.py``). Either
 way the step moves only when the swap budget allows (``swap_budget.py``). With
-``policy = "mpc"`` the model's step is the planner's (``mpc.py``) instead, once it has
-identified the board; until then, the level's.
+``policy = "mpc"`` (also what ``policy = "auto"`` runs with the auto levels) the model's
+step is the planner's (``mpc.py``) instead: on the identified board once the fit is
+plausible, before that on a cautious prior board (``mpc_prior.py``), and the level's only
+when the prior proved implausible; while nothing computes, the active rung stays.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections import deque
 from typing import Any
 
 from edged.governor.mpc import Rls, plan, powers_with_prior
+from edged.governor.mpc_prior import Prior
 from edged.governor.swap_budget import SwapBudget
 from edged.governor.thermal_model import LoadBook, ThermalModel, choose_rung
 
@@ -29,6 +32,9 @@ class Predictor:
         self.enabled = policy in ("predicted", "mpc")
         #: the online identification ``mpc`` plans with (None: another policy)
         self.planner = Rls() if policy == "mpc" else None
+        #: the cautious board ``mpc`` plans with until ``planner`` has a plausible fit
+        self.prior = Prior(limit_c)
+        self._planning = False
         self.limit_c = limit_c
         self._last_now: float | None = None
         #: the last few tick intervals: the planner assumes the longest of them
@@ -41,8 +47,8 @@ class Predictor:
 
     @property
     def planning(self) -> bool:
-        """True while ``mpc`` has identified the board (its plans choose the rungs)."""
-        return self.planner is not None and self.planner.params() is not None
+        """True while ``mpc``'s plans choose the rungs (on its fit, or on the prior)."""
+        return self._planning
 
     def observe(self, model: str, variant_index: int, duty: float,
                 ladder_len: int | None) -> None:
@@ -88,30 +94,44 @@ class Predictor:
             self._gaps.append(now - self._last_now)
         self._last_now = now
         self.planner.add(now, temp, power, units)
-        params = self.planner.params()
-        if params is None:
-            return None
+        self.prior.add(now, temp, power)
+        fitted = self.planner.params()
         book, rails = self._book, units == "W"
         idle = (book.idle_power or 0.0) if rails else 0.0
+        ladders = {model: powers_with_prior(
+            [book.predicted_power(model, i, rails)
+             for i in range(max(self._ladder_len.get(model, active + 1), active + 1))], idle)
+            for model, (active, _) in book.active.items()}
+        heavy = max((pw[0] for pw in ladders.values()), default=idle)
+        params = fitted or self.prior.params(heavy, idle, units)
+        idle_hold = params is None and heavy <= idle and not self.prior.implausible
+        self._planning = params is not None or idle_hold
+        if idle_hold:  # nothing computes, so no rung heats the board: a swap buys nothing
+            return {"plant": None, "limit_c": self.limit_c, "models": {
+                m: {"active": a, "duty": round(d, 3), "rung": a}
+                for m, (a, d) in sorted(book.active.items())}}
+        if params is None:
+            return None
         models: dict[str, Any] = {}
         for model, (active, duty) in sorted(book.active.items()):
-            n = max(self._ladder_len.get(model, active + 1), active + 1)
-            powers = powers_with_prior([book.predicted_power(model, i, rails) for i in range(n)],
-                                       idle)
+            powers = ladders[model]
             p = plan(params, temp, powers, active, self.swaps.hold_left(model, now),
                      max(self._gaps, default=1.0), self.swaps.min_interval_s, self.limit_c)
             models[model] = {"active": active, "duty": round(duty, 3),
                              "plan": list(p.rungs), "plan_peak_c": round(p.peak_c, 1),
                              "safe": p.safe, "rung": p.rung}
-        return _board(params, power, self.limit_c, models)
+        return _board(params, power, self.limit_c, models) | {
+            "plant": "fit" if fitted else "prior"}
 
     def ladder(
-        self, want: int, now: float, force: bool, prediction: dict[str, Any] | None
+        self, want: int, now: float, force: bool, prediction: dict[str, Any] | None,
+        floor: int = 0,
     ) -> tuple[int, float | None, dict[str, int] | None, int]:
         """Apply the predicted choice and the swap budget: (steps, hold s, per model, wanted).
 
         ``force`` (a hard threshold, a stale sensor under "hot", an operator pin) spends
-        the swap budget early.
+        the swap budget early; ``floor`` is the step mpc's plan may not go heavier than
+        (a pin, a stale sensor under "hot", the energy budget).
         """
         if not (self.enabled and self._book.active):
             steps, left = self.swaps.allow("*", want, now, force=force)
@@ -124,14 +144,15 @@ class Predictor:
         for name in sorted(self._book.active):
             if name in predicted:
                 self._rungs[name] = predicted[name]["rung"]
-            if self.planner is not None:  # the plan, else the level's until identified
-                wanted = predicted[name]["rung"] if name in predicted else want
+            if self.planner is not None:  # the plan, else the level's (prior implausible)
+                wanted = max(predicted[name]["rung"], floor) if name in predicted else want
             else:
                 wanted = max(want, self._rungs.get(name, 0))
             per_model[name], left = self.swaps.allow(name, wanted, now, force=force)
             lefts.append(left)
         if self.planner is not None:
-            wanted = max(predicted[m]["rung"] if m in predicted else want for m in per_model)
+            wanted = max(max(predicted[m]["rung"], floor) if m in predicted else want
+                         for m in per_model)
         else:
             wanted = max(want, *self._rungs.values()) if self._rungs else want
         hold = max(lefts) if lefts and max(lefts) > 0 else None

@@ -18,11 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from edged.config.governor import GovernorConfig, auto_levels
+from edged.config.governor import GovernorConfig
 from edged.governor.policy import Governor
 from edged.governor.trace import Trace, TraceError, load_trace
 
@@ -66,9 +65,7 @@ def run(args: argparse.Namespace) -> int:
     except TraceError as e:
         print(f"edged governor replay: {e}", file=sys.stderr)
         return 2
-    if cfg.levels is None and args.trip is not None:
-        cfg = replace(cfg, levels=tuple(auto_levels(args.trip, cfg.auto_max_batch_size)))
-    result = replay(cfg, trace)
+    result = replay(cfg if args.trip is None else cfg.at_trip(args.trip), trace)
     if args.simulate:
         from edged.governor.energy_sim import has_power, judge
         from edged.governor.simulate import compare, default_ladder, default_plant, demand_profile

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from edged.config.governor import GovernorConfig, auto_levels
+from edged.config.governor import GovernorConfig
 from edged.governor.plant import Plant, Sensor
 from edged.governor.simulate import (
     POLICIES,
@@ -55,7 +55,7 @@ class Row:
 def run_case(trace: Path, trip_c: float, case: str) -> Row:
     """One trace under one case: every policy of ``simulate.POLICIES`` and the oracle."""
     tr = load_trace(trace)
-    cfg = GovernorConfig(levels=tuple(auto_levels(trip_c)))
+    cfg = GovernorConfig()  # the defaults: each policy's auto levels at the trip
     plant, sensor = CASES[case](default_plant(tr, trip_c))
     runs = run_all(cfg, plant, default_ladder(5.0), demand_profile(tr), sensor)
     return Row(trace.name, case, {k: runs[k] for k in (*POLICIES, "oracle")})

@@ -149,7 +149,8 @@ def simulate(
     ``schedule`` (the rung of each interval, e.g. the oracle's)."""
     fixed = int(policy.split(":", 1)[1]) if policy.startswith("fixed:") else None
     gcfg = replace(cfg, policy=POLICIES.get(policy, "levels"), predict=False,
-                   limit_c=cfg.limit_c if cfg.limit_c is not None else plant.trip_c)
+                   limit_c=cfg.limit_c if cfg.limit_c is not None else plant.trip_c
+                   ).at_trip(plant.trip_c)  # auto levels: where that policy places them
     clock = [0.0]
     gov = Governor(gcfg, clock=lambda: clock[0])
     sensed = _Readings(sensor)
