@@ -55,7 +55,7 @@ def slow_block(path: Path, name: str, max_batch: int, max_queue: int) -> str:
     return slow_table(path, name=name, max_batch_size=max_batch, max_queue=max_queue)
 
 
-def kserve_config(tmp: Path, grpc_port: int, http_port: int) -> Path:
+def kserve_config(tmp: Path, grpc_port: int, http_port: int, grpc_server: str) -> Path:
     slow = make_slow_model(tmp / "slow.onnx", BASE_TRIP)
     extra = (slow_block(slow, "slow", 8, 64) + slow_block(slow, "slow1", 1, 1)
              + one_variant_model("collapse", make_batch_collapsing_model(tmp / "collapse.onnx"),
@@ -65,18 +65,20 @@ def kserve_config(tmp: Path, grpc_port: int, http_port: int) -> Path:
     person = person[person.index("[[models]]"):]
     server = (f"[server.limits]\nmax_message_bytes = {MAX_MESSAGE}\n"
               f'[server.kserve]\ngrpc = "127.0.0.1:{grpc_port}"\n'
-              f'http = "127.0.0.1:{http_port}"\n')
+              f'http = "127.0.0.1:{http_port}"\ngrpc_server = "{grpc_server}"\n')
     return digits_config(tmp, variants=("cnn-fp32",), server=server,
                          extra_models=extra + person)
 
 
-@pytest.fixture(scope="module")
-def kd(tmp_path_factory: pytest.TempPathFactory) -> Any:
+@pytest.fixture(scope="module", params=["threads", "loop"])
+def kd(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Any:
+    """The daemon with each gRPC server (``[server.kserve] grpc_server``): every test runs
+    against both."""
     tmp = tmp_path_factory.mktemp("kserve")
     for _ in range(3):  # free_port races other processes: take others on a clash
         g, h = free_port(), free_port()
         try:
-            d = Daemon(kserve_config(tmp, g, h), tmp, metrics=True)
+            d = Daemon(kserve_config(tmp, g, h, request.param), tmp, metrics=True)
             break
         except RuntimeError as e:
             if "in use" not in str(e):
@@ -508,7 +510,13 @@ def test_a_reload_that_removes_the_endpoint_closes_it(tmp_path: Path) -> None:
         assert tg.InferenceServerClient(f"127.0.0.1:{g}").is_server_ready()
         with pytest.raises(urllib.error.URLError):
             urllib.request.urlopen(f"http://127.0.0.1:{h}/v2/health/ready", timeout=5)
-        cfg.write_text(cfg.read_text().replace(grpc_only, ""))
+        # the other gRPC server on the same address: closed and reopened by the reload
+        on_loop = grpc_only + 'grpc_server = "loop"\n'
+        cfg.write_text(cfg.read_text().replace(grpc_only, on_loop))
+        assert d.ctl({"op": "reload"})["status"] == "OK"
+        r = tg.InferenceServerClient(f"127.0.0.1:{g}").infer("digits", [ginput(digits_x())])
+        assert r.as_numpy("logits").shape == (1, 10)
+        cfg.write_text(cfg.read_text().replace(on_loop, ""))
         assert d.ctl({"op": "reload"})["status"] == "OK"
         assert d.ctl({"op": "status"})["kserve"] == {}
         status, _ = grpc_error(lambda: tg.InferenceServerClient(f"127.0.0.1:{g}")

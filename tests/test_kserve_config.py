@@ -75,3 +75,10 @@ def test_a_level_offloads_only_mapped_models(tmp_path: Path) -> None:
         load_config(cfg)
     assert any("governor.levels" in x and "offload 'digits'" in x
                for x in e.value.problems), e.value.problems
+
+
+def test_the_grpc_server_is_chosen_by_name(tmp_path: Path) -> None:
+    cfg = load_config(digits_config(tmp_path, server='[server.kserve]\ngrpc = "127.0.0.1:1"\n'))
+    assert cfg.server.kserve.grpc_server == "threads"
+    p = problems(tmp_path, '[server.kserve]\ngrpc = "127.0.0.1:1"\ngrpc_server = "aio"\n')
+    assert any("server.kserve.grpc_server" in x and "'threads', 'loop'" in x for x in p), p
