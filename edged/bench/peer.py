@@ -45,6 +45,7 @@ from edged.bench.floor import cores
 from edged.bench.grpc_floor import GrpcFloor
 from edged.bench.loadgen import drive, request
 from edged.bench.threads import with_cpu
+from edged.config.kserve import GRPC_SERVERS
 from edged.testing.configs import config_text, model_table, variant
 from edged.testing.harness import Daemon, free_port, machine_info, say_machine
 from edged.testing.peer_venvs import KINDS, PeerUnavailable
@@ -66,6 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --peer: the ONNX file both servers serve")
     p.add_argument("--max-batch-size", type=int, default=8,
                    help="with --peer: max_batch_size of both servers (default 8)")
+    p.add_argument("--grpc-server", choices=tuple(GRPC_SERVERS), default="threads",
+                   help="with --peer: edged's [server.kserve] grpc_server (default threads)")
     p.add_argument("--peer-threads", type=int, default=0,
                    help="with --peer: ONNX Runtime intra-op threads in the peer (default 0: "
                         "ORT's default, the usable cores)")
@@ -118,7 +121,7 @@ def run_peer(args: argparse.Namespace) -> int:
             print(f"{args.peer}: {', '.join(f'{k} {v}' for k, v in peer.versions.items())}; "
                   f"ready in {peer.start():.1f} s (gRPC {peer.grpc}, log {peer.log_path})")
             daemon, address = start_daemon(work / "edged", args.onnx, name,
-                                           args.max_batch_size)
+                                           args.max_batch_size, args.grpc_server)
             if args.floor:
                 floor = GrpcFloor(args.onnx, name, args.max_batch_size)
                 print(f"gRPC floor: ready (gRPC {floor.address})", file=sys.stderr)
@@ -140,14 +143,15 @@ def run_peer(args: argparse.Namespace) -> int:
     return 0
 
 
-def start_daemon(workdir: Path, onnx: Path, name: str, max_batch_size: int
-                 ) -> tuple[Daemon, str]:
+def start_daemon(workdir: Path, onnx: Path, name: str, max_batch_size: int,
+                 grpc_server: str = "threads") -> tuple[Daemon, str]:
     """edged serving ``onnx`` as ``name`` with its KServe gRPC endpoint on loopback."""
     workdir.mkdir(parents=True, exist_ok=True)
     address = f"127.0.0.1:{free_port()}"
     text = config_text(models=[model_table(name, [variant("onnx", onnx.resolve())],
                                            max_batch_size=max_batch_size, required=True)],
-                       server=f'[server.kserve]\ngrpc = "{address}"\n')
+                       server=f'[server.kserve]\ngrpc = "{address}"\n'
+                              f'grpc_server = "{grpc_server}"\n')
     config = workdir / "edged.toml"
     config.write_text(text)
     d = Daemon(config, workdir)
