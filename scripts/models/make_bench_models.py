@@ -20,8 +20,10 @@ fp32 files; edged never imports it.
 
 Usage::
 
-    .venv/bin/pip install torch==2.13.0     # once; CPU wheel
-    .venv/bin/python scripts/models/make_bench_models.py [--out DIR] [--force]
+    python3 -m venv /tmp/benchvenv      # a throwaway venv: torch never enters .venv
+    /tmp/benchvenv/bin/pip install torch==2.13.0 onnx onnxruntime numpy \
+        --extra-index-url https://download.pytorch.org/whl/cpu
+    /tmp/benchvenv/bin/python scripts/models/make_bench_models.py [--out DIR] [--force]
 """
 
 from __future__ import annotations
