@@ -241,6 +241,20 @@ def test_a_body_that_is_not_a_request_is_invalid_argument(kd: Any) -> None:
     np.testing.assert_array_equal(r.as_numpy("logits"), native(kd, "digits", x).outputs["logits"])
 
 
+def test_rpcs_edged_does_not_serve_are_unimplemented(kd: Any) -> None:
+    """Repository, shared-memory and streaming RPCs: UNIMPLEMENTED, on either server."""
+    with grpc.insecure_channel(kd.grpc_url) as ch:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), timeout=30)
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        with pytest.raises(grpc.RpcError) as e:
+            list(stub.ModelStreamInfer(iter([service_pb2.ModelInferRequest(
+                model_name="digits")]), timeout=30))
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert gclient(kd).is_server_live()
+
+
 def test_the_person_detector_answers_detections(kd: Any) -> None:
     frame, _ = photo("grace_hopper")  # BGR 600x512, as a camera app has it
     want = native(kd, "person", frame).detections
