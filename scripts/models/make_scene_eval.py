@@ -131,9 +131,9 @@ files.* Scored through the daemon by `edged.testing.scene_eval`:
   signs each ({len(boxes)} digits); frames {N_DIGIT_FRAMES:03d}-{len(names) - 1:03d} are photographs
   with **no digit at all** (false boxes there are counted per frame). The set had
   {N_EMPTY_FIRST} digit-free frames until the digit detector's fine-tuning
-  ({N_DIGIT_FRAMES:03d}-{N_DIGIT_FRAMES + N_EMPTY_FIRST - 1:03d}); the rest were added after them from the
-  same generator (frames before them unchanged), so that the false-box figure is not
-  decided by one box in {N_EMPTY_FIRST}.
+  ({N_DIGIT_FRAMES:03d}-{N_DIGIT_FRAMES + N_EMPTY_FIRST - 1:03d}); the rest were added after them
+  from the same generator (frames before them unchanged), so that the false-box figure is
+  not decided by one box in {N_EMPTY_FIRST}.
 - `truth.npz` (plain arrays, `np.load` needs no pickle): `boxes` float32 `[{len(boxes)},6]`, rows
   of frame index, x1, y1, x2, y2 (frame pixels, the tight extent of the ink), class;
   `photos` the photograph each frame was cut from.
