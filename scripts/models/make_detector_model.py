@@ -879,8 +879,9 @@ phase the detector still called dark round shapes "0" on photographs it had neve
 So the second phase composes {FT_EMPTY_SHARE:.0%} of its photographic scenes with no digit,
 and on {FT_ROUND_SHARE:.0%} of them draws 1-4 round shapes first (`round_shape`): eyes (a dark
 ellipse of any aspect in a lighter iris, a glint; or a light iris in a dark rim around a
-round or slit pupil), coins (a textured disc with a rim) and rings no taller than wide (an upright oval ring is what a "0" is, so none are drawn),
-soft-edged, 6-48 px across, all synthetic, on the training photographs only.
+round or slit pupil), coins (a textured disc with a rim) and rings no taller than wide (an
+upright oval ring is what a "0" is, so none are drawn), soft-edged, 6-48 px across, all
+synthetic, on the training photographs only.
 
 `val.npz`: {r.n_val} held-out scenes, {r.n_objects} digits, in the format
 `edged compile --postprocess --val` reads: `images` uint8 `[{r.n_val},160,160,3]` **BGR**
@@ -905,8 +906,9 @@ the same scenes every run), from scratch; then {r.ft_steps} steps fine-tuned fro
 weights (seed {FT_SEED}, one-cycle LR max {FT_MAX_LR:g}, the round shapes and more digit-free
 photographs of "Data"; everything else as in the first phase). Why a second phase, not
 a longer first one: the first phase's weights are the ones the build before shipped, and
-fine-tuning them takes {r.ft_steps / max(r.steps, 1):.0%} of the first phase's steps. Training scenes are
-{TRAIN_SIZE}x{TRAIN_SIZE} (cheaper per step), up to {TRAIN_OBJECTS[1]} digits, cells
+fine-tuning them takes {r.ft_steps / max(r.steps, 1):.0%} of the first phase's steps.
+Training scenes are {TRAIN_SIZE}x{TRAIN_SIZE} (cheaper per step), up to {TRAIN_OBJECTS[1]}
+digits, cells
 {TRAIN_CELL_RANGE[0]}-{TRAIN_CELL_RANGE[1]} px: down to 0.8x the smallest held-out digit, so
 the pixel sizes the 128 rung sees after resizing a 160 scene are covered. The network is
 fully convolutional, so the same weights export at 160
