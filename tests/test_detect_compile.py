@@ -176,6 +176,6 @@ def test_compile_int8_of_the_trained_detector_keeps_its_map(tmp_path: Path) -> N
     assert result.exit_code == 0, result.log
     meta = read_sidecar(out / "det-int8.onnx")
     assert meta["validation"]["passed"] and meta["validation"]["drop_pct"] <= 2.0, meta
-    # 85, was 90: the detector trains on photographs too and scores 87.7 here (its card)
+    # 85, was 90: the detector trains on photographs too and scores 86.3 here (its card)
     assert meta["validation"]["map50_pct"] >= 85.0
     assert "Conv only" in meta["target"]["quantization"]
