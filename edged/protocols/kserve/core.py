@@ -108,13 +108,14 @@ class KServeCore:
         return await fut
 
     def begin(self, call: InferCall, protocol: str,
-              done: Callable[[InferAnswer | EdgedError], None]) -> None:
+              done: Callable[[InferAnswer | EdgedError], None], lane: bool = False) -> None:
         """Admit, prepare and queue one request on the loop; ``done`` gets its answer or
-        the EdgedError for the reply, once, on the loop.
+        the EdgedError for the reply, once, on the loop. ``lane``: the call may take the
+        express lane (``_alone``; only gRPC calls parsed on grpc's handler threads).
 
         Through ``Admission`` like every protocol: it counts the request once (and the
         KServe counters here say which protocol it came by)."""
-        if protocol == "grpc" and self.arriving:
+        if lane and self.arriving:
             self.arriving.pop()
         try:
             ticket = self.admission.admit(call.model, call.received, functools.partial(
@@ -137,15 +138,15 @@ class KServeCore:
             self.admission.fail(ticket, e)
             return
         self.admission.submit(ticket, prepared, priority=req.priority, timeout_ms=req.timeout_ms,
-                              quiet=self._alone if protocol == "grpc" else None)
+                              quiet=self._alone if lane else None)
 
     def _alone(self) -> bool:
         """No other gRPC call is open or on its way to the loop (asked only by a batcher
         that may compute inline, the express lane): calls still being parsed on grpc's
         threads may wait that long, as ZeroMQ messages do for a native request computed
-        inline. HTTP calls never take the lane: aiohttp parses on the loop, so calls
-        waiting in their sockets cannot be seen, and computing inline would keep them from
-        ever forming a batch."""
+        inline. HTTP calls and the loop gRPC server's never take the lane: aiohttp and
+        grpc.aio read calls on the loop, so calls waiting in their sockets cannot be seen,
+        and computing inline would keep them from ever forming a batch."""
         return self._open <= 1 and not self.arriving
 
     def _finish(self, call: InferCall, protocol: str,

@@ -135,7 +135,7 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             _abort(context, e)
         fut: concurrent.futures.Future[InferAnswer | EdgedError] = concurrent.futures.Future()
         self.core.arriving.append(None)  # seen by the express lane before begin runs
-        self.loop.call_soon_threadsafe(self.core.begin, call, "grpc", fut.set_result)
+        self.loop.call_soon_threadsafe(self.core.begin, call, "grpc", fut.set_result, True)
         answer = fut.result()
         if isinstance(answer, EdgedError):
             _abort(context, answer)
