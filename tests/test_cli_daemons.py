@@ -300,9 +300,13 @@ def test_ctrl_c_ends_quietly(tmp_path: Path) -> None:
         mute.bind(("127.0.0.1", 0))
         mute.listen(8)
         port = mute.getsockname()[1]
+        # SIGINT as a terminal's Ctrl-C finds it: a shell without job control starts
+        # background commands with SIGINT ignored, and so would this child be (CI under
+        # `nohup ... &`): Python then installs no KeyboardInterrupt handler.
         p = subprocess.Popen([sys.executable, "-m", "edged", "health", "--endpoint",
                               f"tcp://127.0.0.1:{port}", "--timeout", "60"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         mute.settimeout(120)
         peer, _ = mute.accept()  # connected: imported and waiting for the reply (however
         with peer:               # long the imports took on a busy machine)
