@@ -10,7 +10,8 @@ beside every other protocol's admission and replies. Which one serves is
 measurement that chose the default.
 
 Everything a call means is shared with the threaded server: the same method handlers
-(tritonclient's generated ones, ``ModelInfer`` on raw bytes), the same parsing
+(tritonclient's generated ones, ``ModelInfer`` on raw bytes) registered and bound the same
+way (``register_and_bind``), the same metadata answers (``ANSWERS``), the same parsing
 (``infer_call``) and the same reply bytes (``grpc_wire``).
 """
 
@@ -23,17 +24,16 @@ import time
 from typing import Any, NoReturn
 
 import grpc
-from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2, service_pb2
 
 from edged.errors import EdgedError
 from edged.protocols.kserve.core import InferAnswer, KServeCore, settle
 from edged.protocols.kserve.grpc_server import (
+    ANSWERS,
     CODES,
-    SERVICE,
     infer_call,
-    method_handlers,
     parse_request,
+    register_and_bind,
+    server_options,
 )
 from edged.protocols.kserve.grpc_wire import infer_response
 
@@ -46,21 +46,9 @@ class _LoopServicer:
     def __init__(self, core: KServeCore) -> None:
         self.core = core
         meta = core.meta
-        self.ServerLive = self._unary(lambda r: service_pb2.ServerLiveResponse(live=meta.live))
-        self.ServerReady = self._unary(
-            lambda r: service_pb2.ServerReadyResponse(ready=meta.ready))
-        self.ModelReady = self._unary(
-            lambda r: service_pb2.ModelReadyResponse(ready=meta.model_ready(r.name)))
-        self.ServerMetadata = self._unary(
-            lambda r: service_pb2.ServerMetadataResponse(**meta.server_metadata()))
-        self.ModelMetadata = self._unary(lambda r: json_format.ParseDict(
-            meta.model_metadata(r.name, r.version), service_pb2.ModelMetadataResponse()))
-        self.ModelConfig = self._unary(lambda r: service_pb2.ModelConfigResponse(
-            config=json_format.ParseDict(meta.model_config(r.name, r.version),
-                                         model_config_pb2.ModelConfig())))
-        self.ModelStatistics = self._unary(lambda r: json_format.ParseDict(
-            {"model_stats": meta.statistics(r.name, r.version)},
-            service_pb2.ModelStatisticsResponse()))
+        for name, (fetch, build) in ANSWERS.items():
+            setattr(self, name, self._unary(
+                lambda r, fetch=fetch, build=build: build(fetch(meta, r))))
 
     def __getattr__(self, name: str) -> Any:
         """RPCs edged does not serve (repository, shared memory, trace, logging)."""
@@ -110,24 +98,11 @@ class KServeGrpcLoopServer:
     def __init__(self, core: KServeCore, address: str) -> None:
         self.address = address
         self.core = core
-        limits = core.state.config.server.limits
-        self._server = grpc.aio.server(
-            options=[("grpc.max_receive_message_length", limits.max_message_bytes),
-                     ("grpc.max_send_message_length", -1),
-                     ("grpc.so_reuseport", 0)])
+        self._server = grpc.aio.server(options=server_options(core))
         self.port = 0
 
     async def start(self) -> None:
-        handlers = method_handlers(_LoopServicer(self.core))
-        self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, handlers),))
-        self._server.add_registered_method_handlers(SERVICE, handlers)
-        try:
-            self.port = self._server.add_insecure_port(self.address)
-        except RuntimeError as e:
-            raise OSError(f"cannot bind {self.address}: {e}") from None
-        if not self.port:
-            raise OSError(f"cannot bind {self.address}")
+        self.port = register_and_bind(self._server, _LoopServicer(self.core), self.address)
         await self._server.start()
         log.info("kserve grpc (on the loop) listening on %s", self.address)
 

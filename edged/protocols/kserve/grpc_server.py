@@ -34,6 +34,7 @@ from edged.errors import EdgedError, InvalidArgument
 from edged.host.thread_names import name_os_thread
 from edged.protocols.kserve.core import InferAnswer, InferCall, KServeCore
 from edged.protocols.kserve.grpc_wire import infer_response
+from edged.protocols.kserve.metadata import KServeMetadata
 from edged.protocols.kserve.tensors import grpc_inputs
 
 log = logging.getLogger("edged.protocols.kserve")
@@ -57,6 +58,50 @@ CODES = {
 }
 
 
+#: the RPCs answered from ``KServeCore.meta``: name -> (what to read of the daemon, on the
+#: loop; the response message built from it). Both gRPC servers answer from this table.
+ANSWERS: dict[str, tuple[Callable[[KServeMetadata, Any], Any], Callable[[Any], Any]]] = {
+    "ServerLive": (lambda m, r: m.live, lambda v: service_pb2.ServerLiveResponse(live=v)),
+    "ServerReady": (lambda m, r: m.ready, lambda v: service_pb2.ServerReadyResponse(ready=v)),
+    "ModelReady": (lambda m, r: m.model_ready(r.name),
+                   lambda v: service_pb2.ModelReadyResponse(ready=v)),
+    "ServerMetadata": (lambda m, r: m.server_metadata(),
+                       lambda v: service_pb2.ServerMetadataResponse(**v)),
+    "ModelMetadata": (lambda m, r: m.model_metadata(r.name, r.version),
+                      lambda v: json_format.ParseDict(v, service_pb2.ModelMetadataResponse())),
+    "ModelConfig": (lambda m, r: m.model_config(r.name, r.version),
+                    lambda v: service_pb2.ModelConfigResponse(
+                        config=json_format.ParseDict(v, model_config_pb2.ModelConfig()))),
+    "ModelStatistics": (lambda m, r: m.statistics(r.name, r.version),
+                        lambda v: json_format.ParseDict({"model_stats": v},
+                                                        service_pb2.ModelStatisticsResponse())),
+}
+
+
+def server_options(core: KServeCore) -> list[tuple[str, Any]]:
+    """The channel options both gRPC servers take: the request size limit, no reply limit,
+    no port sharing (a second daemon on the same port must fail to bind)."""
+    limits = core.state.config.server.limits
+    return [("grpc.max_receive_message_length", limits.max_message_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0)]
+
+
+def register_and_bind(server: Any, servicer: Any, address: str) -> int:
+    """Register ``servicer``'s method handlers (``method_handlers``) on ``server`` and bind
+    ``address``: the port, or the OSError naming the address."""
+    handlers = method_handlers(servicer)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as e:  # grpc raises instead of returning 0 since 1.5x
+        raise OSError(f"cannot bind {address}: {e}") from None
+    if not port:
+        raise OSError(f"cannot bind {address}")
+    return int(port)
+
+
 def _param(p: Any) -> Any:
     kind = p.WhichOneof("parameter_choice")
     return getattr(p, kind) if kind else None
@@ -69,6 +114,17 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, core: KServeCore, loop: asyncio.AbstractEventLoop) -> None:
         self.core = core
         self.loop = loop
+        for name, (fetch, build) in ANSWERS.items():
+            setattr(self, name, self._answer(name, fetch, build))
+
+    def _answer(self, name: str, fetch: Callable[..., Any], build: Callable[[Any], Any]
+                ) -> Callable[[Any, Any], Any]:
+        """The RPC ``name``: ``fetch`` on the loop (liveness here: it answers while the
+        loop is busy), ``build`` on this thread."""
+        meta = self.core.meta
+        if name == "ServerLive":
+            return lambda request, context: build(fetch(meta, request))
+        return lambda request, context: build(self._on_loop(context, fetch, meta, request))
 
     def _on_loop(self, context: grpc.ServicerContext | None, fn: Callable[..., Any],
                  *args: Any) -> Any:
@@ -89,35 +145,6 @@ class _Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             if context is None:
                 raise
             _abort(context, e)
-
-    def ServerLive(self, request: Any, context: Any) -> Any:
-        return service_pb2.ServerLiveResponse(live=self.core.meta.live)
-
-    def ServerReady(self, request: Any, context: Any) -> Any:
-        return service_pb2.ServerReadyResponse(
-            ready=self._on_loop(context, lambda: self.core.meta.ready))
-
-    def ModelReady(self, request: Any, context: Any) -> Any:
-        return service_pb2.ModelReadyResponse(
-            ready=self._on_loop(context, self.core.meta.model_ready, request.name))
-
-    def ServerMetadata(self, request: Any, context: Any) -> Any:
-        return service_pb2.ServerMetadataResponse(
-            **self._on_loop(context, self.core.meta.server_metadata))
-
-    def ModelMetadata(self, request: Any, context: Any) -> Any:
-        md = self._on_loop(context, self.core.meta.model_metadata, request.name, request.version)
-        return json_format.ParseDict(md, service_pb2.ModelMetadataResponse())
-
-    def ModelConfig(self, request: Any, context: Any) -> Any:
-        cfg = self._on_loop(context, self.core.meta.model_config, request.name, request.version)
-        return service_pb2.ModelConfigResponse(
-            config=json_format.ParseDict(cfg, model_config_pb2.ModelConfig()))
-
-    def ModelStatistics(self, request: Any, context: Any) -> Any:
-        stats = self._on_loop(context, self.core.meta.statistics, request.name, request.version)
-        return json_format.ParseDict({"model_stats": stats},
-                                     service_pb2.ModelStatisticsResponse())
 
     def ModelInfer(self, data: bytes, context: Any) -> bytes:
         """The raw-bytes handler (``method_handlers``): the request parsed once, here, and the
@@ -210,27 +237,16 @@ class KServeGrpcServer:
     def __init__(self, core: KServeCore, address: str, threads: int = GRPC_THREADS) -> None:
         self.address = address
         self.core = core
-        limits = core.state.config.server.limits
         self._server = grpc.server(
             concurrent.futures.ThreadPoolExecutor(max_workers=threads,
                                                   thread_name_prefix="edged-grpc",
                                                   initializer=name_os_thread),
-            options=[("grpc.max_receive_message_length", limits.max_message_bytes),
-                     ("grpc.max_send_message_length", -1),
-                     ("grpc.so_reuseport", 0)])
+            options=server_options(core))
         self.port = 0
 
     async def start(self) -> None:
-        handlers = method_handlers(_Servicer(self.core, asyncio.get_running_loop()))
-        self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, handlers),))
-        self._server.add_registered_method_handlers(SERVICE, handlers)
-        try:
-            self.port = self._server.add_insecure_port(self.address)
-        except RuntimeError as e:  # grpc raises instead of returning 0 since 1.5x
-            raise OSError(f"cannot bind {self.address}: {e}") from None
-        if not self.port:
-            raise OSError(f"cannot bind {self.address}")
+        self.port = register_and_bind(
+            self._server, _Servicer(self.core, asyncio.get_running_loop()), self.address)
         self._server.start()
         log.info("kserve grpc listening on %s", self.address)
 
